@@ -1,0 +1,101 @@
+"""Algorithm 1 of seed 001: the fair dual LP over discounted state-action occupancy measures.
+
+    maximise   <Lambda, R>
+    subject to sum_a Lambda[s', a] = (1 - gamma) D[s'] + gamma sum_{s,a} P[a][s, s'] Lambda[s, a]
+               Lambda >= 0
+               | rho_maj(Lambda) - rho_min(Lambda) | <= epsilon
+where rho_g(Lambda) = sum_{s in g} rho[s, a] Lambda[s, a] / D(g) is linear because the MDP is
+separable: the sub-population g (z, or (z, qualified) for EO) never changes, so
+sum_{s in g} D^(pi)_s = D(g) for every policy.  Solved with HiGHS via scipy.optimize.linprog.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from .evaluate import Constraint, subpopulation_masks
+from .mdp import Action, LoanMDP
+from .planning import optimal_policy
+
+OCCUPANCY_TOLERANCE = 1e-13
+"""States with D^(pi)_s below this are treated as unvisited by the LP solution."""
+
+
+@dataclass(frozen=True)
+class LPSolution:
+    """Optimal occupancy measure and the policy it induces."""
+
+    policy: np.ndarray
+    """pi[s] = P(accept | s); unvisited states take the unconstrained-optimal action."""
+    occupancy: np.ndarray
+    """Lambda[s, a] returned by the LP."""
+    objective: float
+    """<Lambda, R> at the optimum (seed normalisation)."""
+
+
+def flow_constraints(mdp: LoanMDP) -> tuple[sp.csr_matrix, np.ndarray]:
+    """A_eq x = b_eq for x = [Lambda[:, reject]; Lambda[:, accept]]."""
+    identity = sp.identity(mdp.n_states, format="csr")
+    a_eq = sp.hstack([identity - mdp.gamma * mdp.transition[a].T
+                      for a in (Action.REJECT, Action.ACCEPT)]).tocsr()
+    return a_eq, (1.0 - mdp.gamma) * mdp.initial_distribution
+
+
+def gap_row(mdp: LoanMDP, constraint: Constraint, states: np.ndarray | None = None,
+            per_state_scale: np.ndarray | None = None) -> np.ndarray:
+    """Coefficients c with c . x = rho_maj - rho_min (restricted to `states` if given)."""
+    row = np.zeros(2 * mdp.n_states)
+    for sign, mask in zip((-1.0, 1.0), subpopulation_masks(mdp, constraint)):
+        if states is not None:
+            mask = mask & states
+        mass = mdp.initial_distribution[subpopulation_masks(mdp, constraint)[int(sign > 0)]].sum()
+        if mass <= 0.0:
+            raise ValueError(f"constraint {Constraint(constraint).value!r} compares an empty "
+                             f"sub-population (zero initial mass)")
+        for a in (Action.REJECT, Action.ACCEPT):
+            coef = sign * mdp.individual_reward[:, a] * mask / mass
+            if per_state_scale is not None:
+                coef = coef * per_state_scale
+            row[a * mdp.n_states:(a + 1) * mdp.n_states] += coef
+    return row
+
+
+def policy_from_occupancy(mdp: LoanMDP, occupancy: np.ndarray,
+                          default: np.ndarray | None = None) -> np.ndarray:
+    """pi[s] = Lambda[s, accept] / sum_a Lambda[s, a]; `default` where D_s is ~0."""
+    mass = occupancy.sum(axis=1)
+    visited = mass > OCCUPANCY_TOLERANCE
+    if default is None:
+        default = optimal_policy(mdp)
+    policy = np.array(default, dtype=float, copy=True)
+    policy[visited] = occupancy[visited, Action.ACCEPT] / mass[visited]
+    return np.clip(policy, 0.0, 1.0)
+
+
+def solve_occupancy_lp(mdp: LoanMDP, a_ub: np.ndarray | None = None,
+                       b_ub: np.ndarray | None = None) -> LPSolution:
+    """Maximise <Lambda, R> over occupancy measures with extra rows a_ub x <= b_ub."""
+    a_eq, b_eq = flow_constraints(mdp)
+    cost = -np.concatenate([mdp.reward[:, Action.REJECT], mdp.reward[:, Action.ACCEPT]])
+    result = linprog(cost, A_ub=None if a_ub is None else sp.csr_matrix(a_ub), b_ub=b_ub,
+                     A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+    if result.status != 0:
+        raise RuntimeError(f"fair LP failed (status {result.status}): {result.message}")
+    x = np.clip(result.x, 0.0, None)
+    occupancy = np.column_stack([x[:mdp.n_states], x[mdp.n_states:]])
+    return LPSolution(policy=policy_from_occupancy(mdp, occupancy), occupancy=occupancy,
+                      objective=float(-result.fun))
+
+
+def solve_fair_lp(mdp: LoanMDP, constraint: Constraint | None,
+                  epsilon: float) -> LPSolution:
+    """Optimal policy with |gap| <= epsilon (Algorithm 1); constraint=None is unconstrained."""
+    if epsilon < 0:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
+    if constraint is None:
+        return solve_occupancy_lp(mdp)
+    row = gap_row(mdp, Constraint(constraint))
+    return solve_occupancy_lp(mdp, np.vstack([row, -row]), np.array([epsilon, epsilon]))
