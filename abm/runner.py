@@ -1,0 +1,165 @@
+"""Run one scenario into a self-describing run folder, atomically.
+
+The folder is written under a temporary name beside its final name and renamed only once
+every file is complete, so a crash never leaves a folder that looks finished. A run whose
+final folder already exists (same config hash) is not recomputed: nothing computed is lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from abm import __version__
+from abm.config import config_hash, scenario_to_dict
+from abm.errors import InvariantError, UserError
+
+COMPLETE_MARKER = "summary.json"  # written last: its presence means the folder is complete
+
+
+def run_name(scenario) -> str:
+    return f"{scenario.name}-{scenario.policy.name}-seed{scenario.seed}-{config_hash(scenario)}"
+
+
+def is_complete(folder: Path) -> bool:
+    return (folder / COMPLETE_MARKER).is_file() and not folder.name.startswith(".tmp-")
+
+
+def safe_child(root: Path, name: str) -> Path:
+    """``root/name``, refused if it would escape ``root`` (via '..' or symlinks)."""
+    root_resolved = root.resolve()
+    target = (root / name).resolve()
+    if root_resolved != target and root_resolved not in target.parents:
+        raise UserError(f"output path {root / name} escapes the output root {root}")
+    return root / name
+
+
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    pq.write_table(table, path, compression="zstd")
+
+
+def ledger_profit(events: pd.DataFrame, tau_interest: float) -> float:
+    """Bank profit recomputed from the event log alone."""
+    kind = events["kind"].astype(str)
+    repaid = events.loc[kind == "repay", "amount"].sum()
+    defaulted = events.loc[kind == "default", "amount"].sum()
+    return float(tau_interest * repaid - defaulted)
+
+
+def check_run(sim, episodes: pd.DataFrame, events: pd.DataFrame | None) -> None:
+    """End-of-run invariants: the world's own, the event ledger and the metric table."""
+    sim.world.check_invariants()
+    required = [c for c in episodes.columns if c not in ("inequality_ratio",)]
+    if episodes[required].isna().any().any():
+        bad = [c for c in required if episodes[c].isna().any()]
+        raise InvariantError(f"invariant 'no NaN in required metrics' broken: {', '.join(bad)}")
+    if "profit" in episodes.columns and not np.isclose(float(episodes["profit"].sum()), sim.world.profit_total,
+                                                       rtol=1e-9, atol=1e-6):
+        raise InvariantError(f"invariant 'episode profits sum to the bank profit' broken: "
+                             f"{float(episodes['profit'].sum()):.6f} vs {sim.world.profit_total:.6f}")
+    tau = getattr(getattr(sim.scenario, "population", None), "tau_interest", None)
+    if events is not None and tau is not None:
+        ledger = ledger_profit(events, tau)
+        if not np.isclose(ledger, sim.world.profit_total, rtol=1e-9, atol=1e-6):
+            raise InvariantError(f"invariant 'profit equals the event ledger' broken: "
+                                 f"ledger {ledger:.6f}, bank {sim.world.profit_total:.6f}")
+        for g in sim.world.group_names:
+            col = f"applications_{g}"
+            if col in episodes.columns:
+                n_events = int(((events["kind"].astype(str) == "apply") & (events["group"].astype(str) == g)).sum())
+                if n_events != int(episodes[col].sum()):
+                    raise InvariantError(f"invariant 'counts consistent' broken: {col} {int(episodes[col].sum())} "
+                                         f"vs {n_events} apply events")
+
+
+def execute(scenario, *, on_episode: Callable[[dict], None] | None = None, policy=None):
+    """Simulate ``scenario``; return (sim, episodes frame, events frame or None)."""
+    from abm.engine import Simulation
+
+    sim = Simulation(scenario, policy=policy)
+    sim.run(on_episode=on_episode)
+    episodes = pd.DataFrame(sim.episode_rows)
+    events = sim.log.to_frame() if sim.log.enabled else None
+    check_run(sim, episodes, events)
+    return sim, episodes, events
+
+
+def run_to_folder(scenario, out_root: str | Path | None = None, *, on_episode=None,
+                  reuse: bool = True, policy=None, name: str | None = None) -> tuple[Path, bool]:
+    """Run ``scenario`` into ``out_root/<run name>``. Returns (folder, computed_now)."""
+    root = Path(out_root or scenario.outputs.root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{root}: cannot create output folder ({exc.strerror})") from None
+    final = safe_child(root, name or run_name(scenario))
+    if is_complete(final) and reuse:
+        return final, False
+    if final.exists() and not is_complete(final):
+        raise UserError(f"{final} exists but is not a complete run folder; move it away first")
+    tmp = safe_child(root, f".tmp-{final.name}-{uuid.uuid4().hex[:8]}")
+    started = time.perf_counter()
+    sim, episodes, events = execute(scenario, on_episode=on_episode, policy=policy)
+    wall = time.perf_counter() - started
+    try:
+        tmp.mkdir()
+        write_folder(tmp, scenario, sim, episodes, events, wall)
+        os.replace(tmp, final) if not final.exists() else None
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise UserError(f"{root}: cannot write run folder ({reason})") from None
+    if tmp.exists():  # another process finished the same run first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final, True
+
+
+def write_folder(folder: Path, scenario, sim, episodes: pd.DataFrame, events: pd.DataFrame | None, wall: float) -> None:
+    resolved = scenario_to_dict(scenario)
+    resolved["abm_version"] = __version__
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    write_parquet(episodes, folder / "episodes.parquet")
+    if events is not None:
+        write_parquet(events, folder / "events.parquet")
+    write_parquet(sim.world.agents_table(), folder / "agents.parquet")
+    final = episodes.iloc[-1].to_dict() if len(episodes) else {}
+    summary: dict[str, Any] = {
+        "abm_version": __version__,
+        "family": scenario.family,
+        "policy": scenario.policy.name,
+        "objective": scenario.objective,
+        "seed": scenario.seed,
+        "config_hash": config_hash(scenario),
+        "episodes": int(len(episodes)),
+        "events": int(sim.log.count),
+        "final": {k: _jsonable(v) for k, v in final.items()},
+        "world": sim.world.summary(),
+        "policy_state": sim.policy.state() if sim.policy is not None else {},
+        "wall_seconds": round(wall, 3),
+        "invariants": "passed",
+    }
+    path = folder / COMPLETE_MARKER
+    path.write_text(json.dumps(summary, indent=2, default=_jsonable))
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (np.floating, float)):
+        return None if not np.isfinite(v) else float(v)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, np.ndarray):
+        return [_jsonable(x) for x in v.tolist()]
+    return v

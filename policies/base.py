@@ -1,0 +1,76 @@
+"""The policy protocol: ``decide(obs, info) -> approval probabilities in [0, 1]``.
+
+``decide`` validates shapes and ranges and delegates to ``_decide`` (the Stable-Baselines3
+habit). Learning policies override the hooks ``on_decisions``, ``on_outcomes`` and
+``on_episode_end``, and ``save``/``load``. A policy that publishes its own approval model (the
+scoring head applicants self-select on) returns ``(theta_g, theta_x, bias)`` from
+``approval_model()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from abm.errors import InvariantError
+
+
+class NoParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class Policy:
+    """Base class of every decision module."""
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type[BaseModel]] = NoParams
+    #: privileged per-applicant columns the policy reads from ``info.privileged`` (e.g. the
+    #: oracle's latent default). Empty for policies that see only the observation.
+    privileged: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, params: BaseModel, context: Any, rng: np.random.Generator):
+        self.params = params
+        self.context = context
+        self.rng = rng
+        self.obs_index = {f: i for i, f in enumerate(getattr(context, "obs_fields", ()))}
+
+    def column(self, obs: np.ndarray, field: str) -> np.ndarray:
+        """The observation column named ``field`` (names come from the family's obs_fields)."""
+        try:
+            return obs[:, self.obs_index[field]]
+        except KeyError:
+            raise InvariantError(f"policy {self.name!r} needs observation field {field!r}, "
+                                 f"which this scenario family does not provide") from None
+
+    def decide(self, obs: np.ndarray, info: Any = None) -> np.ndarray:
+        obs = np.asarray(obs, dtype=float)
+        if obs.ndim != 2:
+            raise InvariantError(f"policy {self.name!r}: observation batch must be 2-D, got shape {obs.shape}")
+        probs = np.asarray(self._decide(obs, info), dtype=float).reshape(-1)
+        if probs.shape != (obs.shape[0],):
+            raise InvariantError(f"policy {self.name!r} returned {probs.shape[0]} probabilities for {obs.shape[0]} rows")
+        if not np.all((probs >= 0.0) & (probs <= 1.0)):
+            raise InvariantError(f"invariant 'decision probabilities in [0, 1]' broken by policy {self.name!r}")
+        return probs
+
+    def _decide(self, obs: np.ndarray, info: Any) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # hooks ----------------------------------------------------------------------------------
+    def on_decisions(self, obs: np.ndarray, info: Any, probs: np.ndarray, approved: np.ndarray) -> None:
+        """Called after each batch is decided."""
+
+    def on_outcomes(self, outcomes: Any) -> None:
+        """Called when approved loans resolve (repay/default)."""
+
+    def on_episode_end(self, stats: dict[str, Any]) -> None:
+        """Called at each episode end with the family's per-group statistics."""
+
+    def approval_model(self) -> tuple[float, float, float] | None:
+        return None
+
+    def state(self) -> dict[str, Any]:
+        """Small JSON-able facts about the policy for summary.json."""
+        return {}

@@ -1,0 +1,63 @@
+"""The one-step (myopic) predictor: a repayment classifier retrained every episode on the
+outcomes the bank has observed, approving iff the expected one-step profit is positive."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+from sklearn.linear_model import LogisticRegression
+
+from policies.base import NoParams, Policy
+
+
+class OneStepParams(NoParams):
+    regularisation: float = Field(1.0, gt=0, le=1e6, description="Inverse L2 strength C of the logistic regression.")
+    prior_strength: float = Field(1.0, ge=0, le=1e6, description="Laplace pseudo-counts for the repayment rate when outcomes are one-class.")
+
+
+class OneStepPredictor(Policy):
+    """Myopic classifier: approve iff p_repay * tau_interest * l - (1 - p_repay) * l > 0.
+
+    Before any outcome is observed it approves everyone (it must explore to learn at all).
+    """
+
+    name = "one_step"
+    Params = OneStepParams
+
+    def __init__(self, params, context, rng):
+        super().__init__(params, context, rng)
+        self.threshold = 1.0 / (1.0 + context.tau_interest)  # p_repay above this -> profit > 0
+        self._x: list[np.ndarray] = []
+        self._y: list[np.ndarray] = []
+        self.model: LogisticRegression | None = None
+        self.constant: float | None = None  # repayment rate when outcomes are one-class
+
+    def predict_repay(self, obs: np.ndarray) -> np.ndarray:
+        if self.model is not None:
+            return self.model.predict_proba(obs)[:, 1]
+        if self.constant is not None:
+            return np.full(len(obs), self.constant)
+        return np.ones(len(obs))  # nothing observed yet: optimistic
+
+    def _decide(self, obs, info):
+        return (self.predict_repay(obs) > self.threshold).astype(float)
+
+    def on_outcomes(self, outcomes):
+        self._x.append(np.asarray(outcomes.obs, dtype=float))
+        self._y.append(np.asarray(outcomes.repaid, dtype=int))
+
+    def on_episode_end(self, stats):
+        if not self._x:
+            return
+        x, y = np.concatenate(self._x), np.concatenate(self._y)
+        self._x, self._y = [x], [y]
+        k = self.params.prior_strength
+        if y.min() == y.max():
+            self.model = None
+            self.constant = (y.sum() + k) / (len(y) + 2 * k)
+        else:
+            self.model = LogisticRegression(C=self.params.regularisation, max_iter=500).fit(x, y)
+
+    def state(self):
+        n = int(sum(len(y) for y in self._y))
+        return {"outcomes_seen": n, "threshold": self.threshold}
