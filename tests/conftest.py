@@ -1,0 +1,37 @@
+"""Shared fixtures: small, fast scenarios and a CLI runner that reports exit codes like the
+console script (user errors -> 2, no traceback)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+
+
+@pytest.fixture
+def eutopia_small():
+    """A 2 x 300-applicant Eutopia scenario, 5 episodes; extra ``--set`` overrides as args."""
+    from abm.config import load_scenario
+
+    def make(*overrides: str, path: Path = SCENARIOS / "eutopia.yaml"):
+        base = ["population.n_male=300", "population.n_female=300", "episodes.count=5",
+                "arrivals.base_intercept=10.0"]
+        return load_scenario(path, base + list(overrides))
+
+    return make
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the real console entry point in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "abm.cli", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
