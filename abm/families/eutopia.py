@@ -306,7 +306,7 @@ class World:
         if len(won) == 0:
             return
         won_groups = groups[approved]
-        c["approvals"][won] += 1
+        np.add.at(c["approvals"], won, 1)  # an applicant can be approved twice in one batch
         per_group = np.bincount(won_groups, minlength=2)
         self.cum["approvals"] += per_group
         self.ep["approvals"] += per_group
