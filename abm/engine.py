@@ -170,10 +170,15 @@ class Simulation(mesa.Model):
             done.succeed(row)
 
     # -- running ----------------------------------------------------------------------------
+    def episode_end_event(self) -> simpy.Event:
+        """An event that succeeds, with the metrics row as value, when the current episode ends."""
+        if self._episode_done is None:
+            self._episode_done = self.env.event()
+        return self._episode_done
+
     def run_episode(self) -> dict[str, Any]:
         """Advance the clock to the end of the current episode; return its metrics row."""
-        self._episode_done = self.env.event()
-        done = self._episode_done
+        done = self.episode_end_event()
         self.env.run(until=done)
         return done.value
 

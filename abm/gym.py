@@ -1,0 +1,180 @@
+"""Any scenario as a ``gymnasium.Env``: one step = one decision of the bank.
+
+The engine's *external* mode makes the bank's review process yield one
+``DecisionRequest(agent_id, group, obs, decided)`` per applicant and wait on ``decided``.
+``reset`` builds a fresh ``Simulation`` and runs its clock to the first request; ``step(a)``
+answers the pending request with ``a`` (0 = reject, 1 = approve) and runs the clock to the next
+request (or to the end of the gym episode). Nothing about lending lives here: observations,
+rewards and true outcomes come from the family's world through these seams:
+
+* ``world.obs_fields`` names the observation columns; ``world.obs_bounds`` (optional) gives
+  ``(low, high)`` arrays for the observation ``Box`` (default: the finite float32 range);
+* ``world.bank_reward_total`` (optional, else ``world.profit_total``): the bank's cumulative
+  reward; a step's reward is its increase between two consecutive requests, i.e. the reward
+  of the decision just taken when decisions resolve at once (``review: immediate``). With
+  batch review the outcomes of a whole batch resolve when its last decision is answered, and
+  their reward is returned on that step;
+* ``world.true_outcome(idx)`` (optional, else ``not cols["default"]``): whether each applicant
+  would repay / succeed if approved, for recall-type metrics (it goes to ``info``, never to
+  the observation).
+
+A gym episode is ``sim_episodes`` consecutive episodes of the scenario (default 1); it ends
+with ``truncated=True`` (a time limit: the simulated world goes on). ``reset(seed=s)`` runs the
+scenario with root seed ``s`` (so ``reset(seed=scenario.seed)`` replays ``abm run``'s
+trajectory); ``reset()`` draws the next seed from the env's generator, which is seeded by the
+first seeded reset or, failing that, by the scenario's own seed: an env is deterministic
+unless asked otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from abm.config import MAX_SEED, load_scenario
+from abm.errors import InvariantError, UserError
+
+APPROVE, REJECT = 1, 0
+
+
+def make_env(scenario, *overrides: str, sim_episodes: int = 1, **fields: Any) -> "AbmEnv":
+    """A gymnasium env for ``scenario`` (a path or a loaded scenario object).
+
+    ``overrides`` are ``--set``-style strings (``"population.n_groups=10"``); ``fields`` are the
+    CLI shortcuts ``seed``/``episodes``/``policy`` understood by ``load_scenario``.
+    """
+    if isinstance(scenario, (str, Path)):
+        scenario = load_scenario(scenario, list(overrides), **fields)
+    elif overrides or fields:
+        raise UserError("make_env: overrides are only accepted with a scenario path")
+    return AbmEnv(scenario, sim_episodes=sim_episodes)
+
+
+def world_reward(world) -> float:
+    """The bank's cumulative reward so far (the gym reward is its increase per step)."""
+    total = getattr(world, "bank_reward_total", None)
+    return float(world.profit_total if total is None else total)
+
+
+def true_outcome(world, idx: np.ndarray) -> np.ndarray:
+    """Whether each applicant in ``idx`` would repay/succeed if approved (privileged)."""
+    fn = getattr(world, "true_outcome", None)
+    if callable(fn):
+        return np.asarray(fn(idx), dtype=bool)
+    if "default" in world.cols:
+        return ~np.asarray(world.cols["default"][idx], dtype=bool)
+    raise InvariantError(f"family {type(world).__module__!r} exposes no true outcome for the gym adapter")
+
+
+class AbmEnv(gymnasium.Env):
+    """The bank's decision problem of one scenario (see the module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, scenario, *, sim_episodes: int = 1):
+        if int(sim_episodes) < 1:
+            raise UserError(f"make_env: sim_episodes must be >= 1, got {sim_episodes}")
+        self.scenario = scenario
+        self.sim_episodes = int(sim_episodes)
+        self.sim = None
+        self._req = None
+        self._start_episode = 0
+        self._new_sim(scenario.seed)  # a probe for the spaces; reset() replaces it
+        world = self.sim.world
+        self.obs_fields = tuple(world.obs_fields)
+        self.group_names = tuple(world.group_names)
+        self.n_groups = len(self.group_names)
+        bounds = getattr(world, "obs_bounds", None)
+        big = np.finfo(np.float32).max
+        low, high = (np.full(len(self.obs_fields), -big), np.full(len(self.obs_fields), big)) \
+            if bounds is None else bounds
+        self.observation_space = spaces.Box(np.asarray(low, np.float32), np.asarray(high, np.float32),
+                                            dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._seeded = False
+        self._last_obs = np.zeros(len(self.obs_fields), np.float32)
+
+    # -- simulation plumbing ----------------------------------------------------------------
+    def _new_sim(self, seed: int) -> None:
+        from abm.engine import Simulation
+
+        sc = self.scenario.model_copy(update={"seed": int(seed)})
+        self.sim = Simulation(sc, external=True, log_events=False)
+        self._start_episode = 0
+
+    def _advance(self) -> bool:
+        """Run the clock to the next decision request; False when the gym episode ended first."""
+        sim = self.sim
+        while True:
+            ready = sim.requests_ready
+            done = sim.episode_end_event()
+            sim.env.run(until=sim.env.any_of([ready, done]))
+            if ready.triggered:
+                self._req = ready.value
+                return True
+            if len(sim.episode_rows) - self._start_episode >= self.sim_episodes:
+                self._req = None
+                return False
+
+    def _obs(self, raw: np.ndarray) -> np.ndarray:
+        return np.asarray(raw, dtype=np.float32).copy()
+
+    def _info(self) -> dict[str, Any]:
+        req = self._req
+        idx = np.array([req.agent_id])
+        return {"agent_id": int(req.agent_id), "group": int(req.group),
+                "outcome": bool(true_outcome(self.sim.world, idx)[0]),
+                "time": float(self.sim.env.now), "episode": int(self.sim.episode)}
+
+    # -- gymnasium API ----------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is None and not self._seeded:
+            seed = self.scenario.seed
+        super().reset(seed=seed)
+        if seed is not None:
+            self._seeded = True
+            sim_seed = int(seed)
+        else:
+            sim_seed = int(self.np_random.integers(0, MAX_SEED))
+        self._new_sim(sim_seed)
+        if not self._advance():
+            raise UserError(f"scenario {self.scenario.name!r}: no application reached the bank in "
+                            f"{self.sim_episodes} episode(s); the gym adapter has nothing to decide")
+        obs = self._obs(self._req.obs)
+        self._last_obs = obs
+        return obs.copy(), self._info()
+
+    def step(self, action):
+        req = self._req
+        if req is None:
+            raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")
+        a = int(np.asarray(action).reshape(()))
+        if a not in (REJECT, APPROVE):
+            raise gymnasium.error.InvalidAction(f"action must be 0 (reject) or 1 (approve), got {action!r}")
+        world = self.sim.world
+        before = world_reward(world)
+        decided = {"agent_id": int(req.agent_id), "group": int(req.group), "action": a,
+                   "outcome": bool(true_outcome(world, np.array([req.agent_id]))[0])}
+        req.decided.succeed(a)
+        alive = self._advance()
+        reward = world_reward(world) - before
+        # the decided applicant as the agent sees it after the decision resolved (transition
+        # data for dynamics models, e.g. the Bisimulator's T_psi(s' | s, a, g))
+        decided["next_obs"] = self._obs(world.observe(np.array([decided["agent_id"]]))[0])
+        if alive:
+            obs = self._obs(self._req.obs)
+            info = self._info()
+        else:
+            obs = self._last_obs.copy()
+            info = {"episode_metrics": dict(self.sim.episode_rows[-1])}
+        info["decided"] = decided
+        self._last_obs = obs
+        return obs.copy(), float(reward), False, not alive, info
+
+    def close(self) -> None:
+        self.sim = None
+        self._req = None
