@@ -114,6 +114,32 @@ def inspect(run_dir: Path = typer.Argument(..., help="A run folder."),
 
 
 @app.command()
+def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/studies/*.yaml)."),
+          scheduler: Optional[str] = typer.Option(None, help="Existing Dask scheduler tcp://HOST:PORT (default: a local cluster)."),
+          workers: Optional[int] = typer.Option(None, help="Local cluster size (default: one per core; 0: in this process, no Dask)."),
+          out: Optional[Path] = typer.Option(None, help="Study folder (default: outputs/studies/<name>)."),
+          retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun runs that failed before."),
+          set_: List[str] = typer.Option([], "--set", help="Override a study-file field dotted.path=value."),
+          report: bool = typer.Option(False, "--report", help="Also render the study report."),
+          quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
+    """Run a population study (grid x policies x objectives x seeds); resumable. Exit 1 if a run failed."""
+    from abm.study import load_study, run_study
+
+    spec = load_study(study_file, list(set_))
+    outcome = run_study(spec, out or Path("outputs") / "studies" / spec.name, scheduler=scheduler, workers=workers,
+                        retry_failed=retry_failed, quiet=quiet)
+    for run_id, error in outcome.failures.items():
+        typer.echo(f"failed: {run_id}: {error}", err=True)
+    typer.echo(outcome.summary_line(spec.name))
+    if report and outcome.succeeded + outcome.skipped:
+        from abm.study import render_report
+
+        typer.echo(f"report: {render_report(outcome.folder)}")
+    if outcome.failed:
+        sys.exit(1)
+
+
+@app.command()
 def report(folder: Path = typer.Argument(..., help="A run or study folder.")) -> None:
     """Render tables (Markdown/CSV) and PNG plots for a run or a study."""
     from abm.report import render

@@ -1,0 +1,411 @@
+"""Population studies: study files -> validated run specs with stable ids and seeds.
+
+A study file names a base scenario, overrides applied to every run, a grid over any scenario
+field (by dotted path), policies (with parameters), objectives, a number (or list) of seeded
+replicates, and optional named groups of runs. ``load_study`` validates the file and every
+run it expands to (each run is a fully resolved scenario, checked like a scenario file), so
+``abm validate`` refuses a bad study before anything runs.
+
+Identity. A *configuration* is a resolved scenario without its seed; its id is a hash of that
+data. A run is a configuration plus a replicate key ``r``; its id is ``<policy>-<config id>-r<r>``
+and its seed comes from ``numpy.random.SeedSequence(study_seed, spawn_key=(config id words, r))``.
+Neither depends on grid order, worker count or completion order, so a study can be extended
+(more seeds, more grid values) and rerun without recomputing what is already finished.
+
+Execution lives in ``abm.study_exec``, aggregation and reports in ``abm.study_report``, the
+speed-up benchmark in ``abm.study_bench``; the names below are the public entry points.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import Field, ValidationError, field_validator
+
+from abm.config import MAX_SEED, PolicyConfig, Section, format_validation_error, read_yaml, scenario_to_dict, \
+    validate_scenario_dict
+from abm.errors import UserError
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# fields a study sets through its own sections, never through overrides or the grid
+_RESERVED = ("seed", "policy", "objective")
+MAX_RUNS = 100_000
+
+
+def _check_paths(mapping: dict[str, Any], what: str) -> dict[str, Any]:
+    for key in mapping:
+        if not isinstance(key, str) or not _DOTTED.match(key):
+            raise ValueError(f"{what} key {key!r} is not a dotted field path like 'arrivals.base_slope'")
+        if key.split(".")[0] in _RESERVED:
+            raise ValueError(f"{what} key {key!r}: set seeds, policies and objectives in their own study sections")
+    return mapping
+
+
+def _flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings -> dotted keys (so ``--set overrides.population.n_male=9`` works)."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def _check_policies(entries: list[Any] | None) -> list[Any] | None:
+    if entries is None:
+        return None
+    if not entries:
+        raise ValueError("must list at least one policy (or be left out to use the base scenario's)")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ValueError(f"entry {i}: expected a mapping with a policy name, e.g. {{name: random, p: 0.3}}, "
+                             f"got {entry!r}")
+        try:
+            PolicyConfig.model_validate(entry)
+        except UserError as exc:  # registry: unknown name or bad parameter
+            raise ValueError(f"entry {i} ({entry['name']}): {exc}") from None
+        except ValidationError as exc:
+            raise ValueError(f"entry {i}: {exc.errors(include_url=False)[0]['msg']}") from None
+    labels = [policy_label(e) for e in entries]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise ValueError(f"listed twice: {', '.join(dup)}")
+    return entries
+
+
+def _check_objectives(entries: list[str | None] | None) -> list[str | None] | None:
+    if entries is None:
+        return None
+    if not entries:
+        raise ValueError("must list at least one objective (or be left out)")
+    from policies import objectives  # late import keeps config free of policy modules
+
+    for i, text in enumerate(entries):
+        if text is None:
+            continue
+        try:
+            objectives.parse(text)
+        except UserError as exc:
+            raise ValueError(f"entry {i}: {exc}") from None
+    if len(set(entries)) != len(entries):
+        raise ValueError("an objective is listed twice")
+    return entries
+
+
+class Block(Section):
+    """What a study (and each named group) may set: overrides, a grid, policies, objectives."""
+
+    overrides: dict[str, Any] = Field(default_factory=dict, description=(
+        "Scenario fields set for every run, by dotted path (or nested mappings), e.g. population.n_male: 500."))
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description=(
+        "Dotted field path -> list of values; runs cover every combination (applied after overrides)."))
+    policies: list[dict[str, Any]] | None = Field(None, description=(
+        "Policies to compare, each {name: NAME, <param>: value}; default: the base scenario's policy."))
+    objectives: list[str | None] | None = Field(None, description=(
+        "Learning objectives 'perspective:family[:param]' (null keeps the scenario's); default: [null]."))
+
+    @field_validator("overrides", mode="before")
+    @classmethod
+    def _overrides(cls, value: Any) -> Any:
+        return _check_paths(_flatten(value), "overrides") if isinstance(value, dict) else value
+
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _grid(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        value = _check_paths(_flatten(value), "grid")
+        for key, values in value.items():
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"grid key {key!r}: expected a non-empty list of values, got {values!r}")
+            if len({_canon(v) for v in values}) != len(values):
+                raise ValueError(f"grid key {key!r}: a value is listed twice in {values!r}")
+        return value
+
+    @field_validator("policies")
+    @classmethod
+    def _policies(cls, value: Any) -> Any:
+        return _check_policies(value)
+
+    @field_validator("objectives")
+    @classmethod
+    def _objectives(cls, value: Any) -> Any:
+        return _check_objectives(value)
+
+
+class StudyHeader(Section):
+    name: str = Field(..., min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
+                      description="Study name: the default output folder outputs/studies/<name>.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Study seed: every run's seed is derived from it and the run's id.")
+    episodes: int | None = Field(None, ge=1, le=1_000_000, description="Episodes per run (sets episodes.count of every run).")
+    seeds: int | list[int] = Field(1, description="Replicates per configuration: a count, or a list of replicate keys.")
+    description: str = Field("", max_length=2000, description="Free text: what the study is for.")
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, value: int | list[int]) -> int | list[int]:
+        if isinstance(value, int):
+            if not 1 <= value <= 10_000:
+                raise ValueError(f"a count must be between 1 and 10000, got {value}")
+            return value
+        if not value:
+            raise ValueError("the list of replicate keys is empty")
+        if any(k < 0 or k > 2**32 - 1 for k in value) or len(set(value)) != len(value):
+            raise ValueError(f"replicate keys must be distinct integers in [0, 2^32), got {value}")
+        return value
+
+    @property
+    def replicates(self) -> list[int]:
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+class StudyGroup(Block):
+    """A named group of runs: its own grid/policies/objectives over the study's base."""
+
+
+class StudyFile(Block):
+    study: StudyHeader = Field(..., description="Name, study seed, episodes and replicates.")
+    base: str | dict[str, Any] = Field(..., description="Base scenario: a path relative to the study file, or an inline mapping.")
+    groups: dict[str, StudyGroup] = Field(default_factory=dict, description=(
+        "Optional named groups; each merges its overrides/grid over the study's and replaces policies/objectives."))
+
+    @field_validator("groups")
+    @classmethod
+    def _group_names(cls, value: dict[str, StudyGroup]) -> dict[str, StudyGroup]:
+        for name in value:
+            if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+                raise ValueError(f"group name {name!r}: use letters, digits, '_', '.', '-'")
+        return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Run specs
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a study: its identity, seed, configuration columns and resolved scenario."""
+
+    run_id: str
+    config_id: str
+    replicate: int
+    seed: int
+    groups: tuple[str, ...]
+    columns: dict[str, Any]  # configuration columns: grid values by dotted path, policy, objective
+    scenario: dict[str, Any]  # the fully resolved scenario as plain data, seed included
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "config_id": self.config_id, "replicate": self.replicate, "seed": self.seed,
+                "groups": list(self.groups), "columns": self.columns, "scenario": self.scenario}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RunSpec":
+        return cls(data["run_id"], data["config_id"], int(data["replicate"]), int(data["seed"]),
+                   tuple(data["groups"]), dict(data["columns"]), dict(data["scenario"]))
+
+
+@dataclass
+class Study:
+    """A validated study: its header, the file it came from and every run it expands to."""
+
+    name: str
+    seed: int
+    source: str
+    document: dict[str, Any]  # the study file with overrides applied and the base inlined
+    grid_keys: list[str]
+    runs: list[RunSpec] = field(default_factory=list)
+
+    @property
+    def configurations(self) -> int:
+        return len({r.config_id for r in self.runs})
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def policy_label(entry: dict[str, Any]) -> str:
+    """``random(p=0.3)``: a policy name with its parameters, as a configuration column."""
+    params = {k: v for k, v in entry.items() if k != "name"}
+    if not params:
+        return str(entry["name"])
+    return f"{entry['name']}(" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + ")"
+
+
+def configuration_id(resolved: dict[str, Any]) -> str:
+    """Hash of a resolved scenario without its seed (and output root): a configuration's id."""
+    data = copy.deepcopy(resolved)
+    data.pop("seed", None)
+    data.get("outputs", {}).pop("root", None)
+    return hashlib.sha256(_canon(data).encode()).hexdigest()[:16]
+
+
+def derive_seed(study_seed: int, config_id: str, replicate: int) -> int:
+    """The run's scenario seed: SeedSequence(study_seed) keyed by (config id, replicate)."""
+    words = tuple(int(config_id[i:i + 8], 16) for i in range(0, len(config_id), 8))
+    state = np.random.SeedSequence(study_seed, spawn_key=(*words, int(replicate))).generate_state(1, np.uint64)
+    return int(state[0]) & MAX_SEED
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any, what: str) -> None:
+    parts = path.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"{what} {path}: {'.'.join(parts[:i + 1])} is a value, not a section")
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def _read_base(doc: StudyFile, source: Path) -> dict[str, Any]:
+    if isinstance(doc.base, dict):
+        return copy.deepcopy(doc.base)
+    path = Path(doc.base)
+    if not path.is_absolute():
+        path = source.parent / path
+    try:
+        return read_yaml(path)
+    except UserError as exc:
+        raise UserError(f"{source}: base: {exc}") from None
+
+
+def _blocks(doc: StudyFile) -> list[tuple[str, dict[str, Any], dict[str, list[Any]], list[dict], list[str | None]]]:
+    top_policies = doc.policies
+    top_objectives = doc.objectives or [None]
+    if not doc.groups:
+        return [(doc.study.name, dict(doc.overrides), dict(doc.grid), top_policies, top_objectives)]
+    out = []
+    for name, group in doc.groups.items():
+        out.append((name, {**doc.overrides, **group.overrides}, {**doc.grid, **group.grid},
+                    group.policies if group.policies is not None else top_policies,
+                    group.objectives if group.objectives is not None else top_objectives))
+    return out
+
+
+def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
+    """Every run of a validated study file, each checked as a scenario; duplicates merged."""
+    by_id: dict[str, RunSpec] = {}
+    replicates = doc.study.replicates
+    for group, overrides, grid, policies, objectives in _blocks(doc):
+        keys = list(grid)
+        n = len(replicates) * len(policies or [None]) * len(objectives) * int(np.prod([len(grid[k]) for k in keys]))
+        if len(by_id) + n > MAX_RUNS:
+            raise UserError(f"{source}: the study expands to more than {MAX_RUNS} runs; split it")
+        for values in itertools.product(*(grid[k] for k in keys)):
+            point = dict(zip(keys, values))
+            for entry in policies or [None]:
+                for objective in objectives:
+                    data = copy.deepcopy(base)
+                    label = ", ".join([f"group {group}"] * bool(doc.groups) + [f"{k}={v!r}" for k, v in point.items()]
+                                      + ([f"policy {policy_label(entry)}"] if entry else [])
+                                      + ([f"objective {objective}"] if objective else []))
+                    where = f"{source}: run ({label})" if label else f"{source}: run"
+                    for key, value in {**overrides, **point}.items():
+                        _set_path(data, key, value, f"{where}: field")
+                    if doc.study.episodes is not None:
+                        _set_path(data, "episodes.count", doc.study.episodes, where)
+                    if entry is not None:
+                        data["policy"] = dict(entry)
+                    if objective is not None:
+                        data["objective"] = objective
+                    data["seed"] = 0
+                    resolved = scenario_to_dict(validate_scenario_dict(data, where))
+                    config_id = configuration_id(resolved)
+                    columns = {"group": group, "policy": policy_label(resolved["policy"]),
+                               "objective": resolved.get("objective") or "none"}
+                    columns.update({k: _column_value(v) for k, v in point.items()})
+                    for r in replicates:
+                        seed = derive_seed(doc.study.seed, config_id, r)
+                        run_id = f"{resolved['policy']['name']}-{config_id[:12]}-r{r}"
+                        if run_id in by_id:
+                            old = by_id[run_id]
+                            if group not in old.groups:
+                                by_id[run_id] = RunSpec(old.run_id, old.config_id, old.replicate, old.seed,
+                                                        old.groups + (group,), old.columns, old.scenario)
+                            continue
+                        by_id[run_id] = RunSpec(run_id, config_id, r, seed, (group,), dict(columns),
+                                                {**resolved, "seed": seed})
+    return list(by_id.values())
+
+
+def _column_value(value: Any) -> Any:
+    """Grid values become table columns: scalars stay, anything else becomes its JSON text."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return _canon(value)
+
+
+def _format_errors(source: str, exc: ValidationError) -> str:
+    """One line per problem; our own validators already quote the bad value."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        if err.get("type") != "value_error":
+            single = ValidationError.from_exception_data(exc.title, [err])
+            lines.append(format_validation_error(source, single))
+            continue
+        path = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
+        lines.append(f"{source}: {path}: {err['msg'].removeprefix('Value error, ')}")
+    return "\n".join(dict.fromkeys(lines))
+
+
+def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Study:
+    """Read, override (``--set`` applies to the study file's own fields) and validate a study."""
+    from abm.config import apply_overrides
+
+    source = Path(path)
+    raw = apply_overrides(read_yaml(source), list(overrides))
+    return study_from_dict(raw, source)
+
+
+def study_from_dict(raw: dict[str, Any], source: Path | str = "study") -> Study:
+    """Validate a study mapping (``source`` anchors a relative base path and names errors)."""
+    source = Path(source)
+    try:
+        doc = StudyFile.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(_format_errors(str(source), exc)) from None
+    base = _read_base(doc, source)
+    runs = expand(doc, base, str(source))
+    keys = list(dict.fromkeys(k for _, _, grid, _, _ in _blocks(doc) for k in grid))
+    document = json.loads(doc.model_dump_json())
+    document["base"] = base
+    return Study(doc.study.name, doc.study.seed, str(source), document, keys, runs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points implemented in sibling modules (imported lazily: Dask and matplotlib are
+# heavy, and validating a study needs neither)
+
+
+def run_study(study: Study, out_dir: str | Path, **options: Any):
+    """Run every unfinished run of ``study`` into ``out_dir`` (see ``abm.study_exec.run_study``)."""
+    from abm import study_exec
+
+    return study_exec.run_study(study, out_dir, **options)
+
+
+def render_report(folder: str | Path) -> Path:
+    """Tables and plots for a study folder (see ``abm.study_report.render_report``)."""
+    from abm import study_report
+
+    return study_report.render_report(folder)
+
+
+def study_speedup_benchmark(**options: Any) -> dict[str, Any]:
+    """The same study on 1 and 2 local workers and in a plain loop (see ``abm.study_bench``)."""
+    from abm import study_bench
+
+    return study_bench.study_speedup_benchmark(**options)

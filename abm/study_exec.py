@@ -1,0 +1,299 @@
+"""Running a study: skip what is finished, execute the rest on Dask, record failures.
+
+Backends: a ``distributed.LocalCluster`` on this machine (default: one single-threaded worker
+process per core, scratch inside the study folder, closed and removed at the end), an
+existing scheduler (``scheduler="tcp://HOST:PORT"``; the study folder must then be on a file
+system the workers see at the same path), an existing ``distributed.Client`` (tests, the
+benchmark), or ``workers=0``: a plain loop in this process.
+
+Safety. Each run is written by the worker that computed it, through ``run_to_folder`` (temp
+name, rename on success; ``summary.json`` last), so a study killed at any moment — SIGKILL
+included — leaves only complete run folders and ``.tmp-*`` leftovers, which the next start
+removes. A run that raises is recorded in ``failed/<run id>.json`` (error and traceback) and
+the study goes on. A lock file keeps two studies from writing one folder at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from abm.errors import UserError
+from abm.runner import is_complete
+from abm.study import RunSpec, Study
+
+SCRATCH = ".dask-scratch"
+LOCK = ".lock"
+
+
+@dataclass
+class StudyOutcome:
+    """What one ``run_study`` call did."""
+
+    folder: Path
+    total: int
+    succeeded: int = 0  # computed by this call
+    skipped: int = 0  # already finished before this call
+    failed: int = 0  # failed in this call, plus earlier failures not retried
+    failed_before: int = 0  # of ``failed``: earlier failures left alone (no --retry-failed)
+    wall_s: float = 0.0
+    backend: str = ""
+    failures: dict[str, str] = field(default_factory=dict)  # run id -> one-line error
+
+    def summary_line(self, name: str) -> str:
+        before = f" ({self.failed_before} from earlier; --retry-failed reruns them)" if self.failed_before else ""
+        return (f"study {name}: {self.total} runs: {self.succeeded} succeeded, {self.skipped} skipped, "
+                f"{self.failed} failed{before} in {self.wall_s:.1f}s [{self.backend}] -> {self.folder}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The task a worker runs
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def record_failure(failed_dir: Path, run_id: str, error: str, trace: str) -> None:
+    failed_dir.mkdir(parents=True, exist_ok=True)
+    record = {"run_id": run_id, "error": error, "traceback": trace,
+              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": os.uname().nodename}
+    _atomic_write(failed_dir / f"{run_id}.json", json.dumps(record, indent=2))
+
+
+def run_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Compute one run into ``runs/<run id>`` (on a worker); never raises for a failing run."""
+    from abm.config import validate_scenario_dict
+    from abm.runner import run_to_folder
+
+    run_id = task["run_id"]
+    runs_dir, failed_dir = Path(task["runs_dir"]), Path(task["failed_dir"])
+    started = time.perf_counter()
+    try:
+        scenario = validate_scenario_dict(task["scenario"], f"run {run_id}")
+        run_to_folder(scenario, runs_dir, name=run_id, reuse=True)
+    except Exception as exc:  # a failing run is data for the study, not a reason to stop it
+        for leftover in runs_dir.glob(f".tmp-{run_id}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        error = f"{type(exc).__name__}: {exc}".replace("\n", "; ")
+        record_failure(failed_dir, run_id, error, traceback.format_exc())
+        return {"run_id": run_id, "status": "failed", "error": error, "wall_s": time.perf_counter() - started}
+    (failed_dir / f"{run_id}.json").unlink(missing_ok=True)
+    return {"run_id": run_id, "status": "ok", "wall_s": time.perf_counter() - started}
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends: each yields one result dict per task as runs finish
+
+
+def _serial(tasks: list[dict]) -> Iterable[dict]:
+    for task in tasks:
+        yield run_task(task)
+
+
+def _on_client(client, tasks: list[dict]) -> Iterable[dict]:
+    from distributed import as_completed
+
+    tag = uuid.uuid4().hex[:8]
+    futures = {client.submit(run_task, task, key=f"abm-run-{task['run_id']}-{tag}", pure=False): task
+               for task in tasks}
+    try:
+        for future in as_completed(futures):
+            task = futures[future]
+            try:
+                result = future.result()
+            except Exception as exc:  # the worker died (KilledWorker) or the task was lost
+                error = f"{type(exc).__name__}: {exc}".replace("\n", "; ")
+                record_failure(Path(task["failed_dir"]), task["run_id"], error, traceback.format_exc())
+                result = {"run_id": task["run_id"], "status": "failed", "error": error}
+            future.release()
+            yield result
+    finally:
+        client.cancel(list(futures))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def local_client(n_workers: int, scratch: Path):
+    """A LocalCluster of single-threaded worker processes with scratch in ``scratch``."""
+    from distributed import Client, LocalCluster
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           local_directory=str(scratch), silence_logs=logging.ERROR, scheduler_port=0)
+    try:
+        with Client(cluster) as client:
+            yield client
+    finally:
+        cluster.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def remote_client(address: str, timeout_s: float = 20.0):
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=timeout_s)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UserError(f"--scheduler {address}: cannot connect ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress
+
+
+@contextlib.contextmanager
+def _progress(name: str, total: int, done: int, quiet: bool):
+    """Yields ``update(result)``: a rich bar on a terminal; nothing otherwise (the caller prints
+    one summary line at the end)."""
+    if quiet or not sys.stderr.isatty():
+        yield lambda result: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                  TimeRemainingColumn(), transient=False) as bar:
+        task = bar.add_task(f"study {name}", total=total, completed=done, failed=0)
+        failed = 0
+
+        def update(result: dict) -> None:
+            nonlocal failed
+            failed += result["status"] != "ok"
+            bar.update(task, advance=1, failed=failed)
+
+        yield update
+
+
+# ---------------------------------------------------------------------------------------------
+# The study
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    handle = open(folder / LOCK, "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise UserError(f"{folder}: another study is running in this folder") from None
+    try:
+        yield
+    finally:
+        handle.close()
+
+
+def _clean_leftovers(folder: Path) -> None:
+    """Remove what a killed study left behind: temp run folders/files and Dask scratch."""
+    for sub in ("runs", "failed", "."):
+        for leftover in (folder / sub).glob(".tmp-*"):
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+    shutil.rmtree(folder / SCRATCH, ignore_errors=True)
+
+
+def write_manifest(study: Study, folder: Path) -> None:
+    _atomic_write(folder / "study.yaml", yaml.safe_dump(study.document, sort_keys=False))
+    manifest = {"name": study.name, "seed": study.seed, "source": study.source, "grid_keys": study.grid_keys,
+                "runs": [spec.to_json() for spec in study.runs]}
+    _atomic_write(folder / "manifest.json", json.dumps(manifest, indent=1))
+
+
+def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None, workers: int | None = None,
+              client=None, retry_failed: bool = False, quiet: bool = False,
+              on_result: Callable[[dict], None] | None = None, aggregate: bool = True) -> StudyOutcome:
+    """Run every unfinished run of ``study`` into ``out_dir``; aggregate; return the counts."""
+    started = time.perf_counter()
+    folder = Path(out_dir)
+    runs_dir, failed_dir = folder / "runs", folder / "failed"
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        failed_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{folder}: cannot create the study folder ({exc.strerror})") from None
+    if workers is not None and workers < 0:
+        raise UserError(f"--workers: must be >= 0 (0 = in this process, no Dask), got {workers}")
+    outcome = StudyOutcome(folder=folder, total=len(study.runs))
+    with _locked(folder):
+        _clean_leftovers(folder)
+        write_manifest(study, folder)
+        todo: list[RunSpec] = []
+        for spec in study.runs:
+            record = failed_dir / f"{spec.run_id}.json"
+            if is_complete(runs_dir / spec.run_id):
+                record.unlink(missing_ok=True)
+                outcome.skipped += 1
+            elif record.is_file() and not retry_failed:
+                outcome.failed += 1
+                outcome.failed_before += 1
+                outcome.failures[spec.run_id] = _read_error(record)
+            else:
+                todo.append(spec)
+        tasks = [{"run_id": s.run_id, "scenario": s.scenario, "runs_dir": str(runs_dir.resolve()),
+                  "failed_dir": str(failed_dir.resolve())} for s in todo]
+        with contextlib.ExitStack() as stack:
+            if not tasks:
+                outcome.backend, results = "nothing to run", iter(())
+            elif client is not None:
+                outcome.backend, results = "dask client", _on_client(client, tasks)
+            elif scheduler:
+                c = stack.enter_context(remote_client(scheduler))
+                outcome.backend, results = f"dask scheduler {scheduler}", _on_client(c, tasks)
+            elif workers == 0:
+                outcome.backend, results = "in process, no dask", _serial(tasks)
+            else:
+                n = max(1, min(workers or _cores(), len(tasks)))
+                c = stack.enter_context(local_client(n, folder / SCRATCH))
+                outcome.backend, results = f"dask local cluster, {n} worker{'s' * (n > 1)}", _on_client(c, tasks)
+            if hasattr(results, "close"):  # close the generator (cancelling futures) before the client
+                stack.callback(results.close)
+            update = stack.enter_context(_progress(study.name, outcome.total, outcome.skipped + outcome.failed_before,
+                                                   quiet))
+            for result in results:
+                if result["status"] == "ok":
+                    outcome.succeeded += 1
+                else:
+                    outcome.failed += 1
+                    outcome.failures[result["run_id"]] = result["error"]
+                update(result)
+                if on_result is not None:
+                    on_result(result)
+        if aggregate:
+            from abm.study_report import aggregate as aggregate_runs
+
+            aggregate_runs(folder)
+    outcome.wall_s = time.perf_counter() - started
+    return outcome
+
+
+def _read_error(record: Path) -> str:
+    try:
+        return str(json.loads(record.read_text()).get("error", "unknown error"))
+    except (OSError, ValueError):
+        return "unreadable failure record"
