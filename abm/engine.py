@@ -110,8 +110,22 @@ class Simulation(mesa.Model):
         self.applicant(agent_id)
         self.bank.queue.append(agent_id)
 
+    def submit_many(self, times: np.ndarray, agent_ids: np.ndarray) -> None:
+        """Applications that arrived at ``times`` (sorted, <= now): one columnar log append."""
+        w = self.world
+        self.log.extend(times, self.episode, agent_ids, w.cols["group"][agent_ids], EventKind.APPLY,
+                        w.amount(agent_ids), w.wealth_of(agent_ids))
+        ids = agent_ids.tolist()
+        for i in ids:
+            if i not in self._applicants:
+                self._applicants[i] = Applicant(self, i)
+        self.bank.queue.extend(ids)
+
     def review(self):
         """Decide every queued application (a generator: yields only in external mode)."""
+        collect = getattr(self.world, "collect_arrivals", None)
+        if collect is not None:  # worlds that sample arrivals in blocks commit those up to now
+            collect()
         if not self.bank.queue:
             return
         idx = np.asarray(self.bank.queue, dtype=np.int64)

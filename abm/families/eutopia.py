@@ -24,6 +24,7 @@ from abm.config import ScenarioBase, Section
 from abm.errors import InvariantError
 from abm.eventlog import EventKind
 from abm.families import loanly
+from abm.families.eutopia_arrivals import BlockArrivals
 
 WEALTH_SCALE = 200.0  # $K: observation wealth and group means are divided by this
 LOAN_SCALE = 100.0  # $K: observation loan amount is divided by this
@@ -183,6 +184,9 @@ class World:
         self.procs: list[simpy.Process] = []
         self._wake = [False, False]
         self.bank_wakeup: simpy.Event | None = None
+        # batch review + excitation on approvals: arrivals sampled in exact vectorised blocks
+        lazy = model.scenario.episodes.review == "batch" and self.arr.excite_on == "approvals"
+        self.blocks = BlockArrivals(self) if lazy else None
 
     # -- set-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -223,7 +227,25 @@ class World:
         self.excitation[g] = self.excitation_now(g, now) + self.arr.excitation * count
         self.excitation_time[g] = now
 
+    def collect_arrivals(self) -> None:
+        """Commit the block-sampled arrivals up to now (the engine calls this before each review)."""
+        if self.blocks is not None:
+            self.blocks.collect()
+
+    def _commit_arrivals(self, times: np.ndarray, ids: np.ndarray) -> None:
+        c = self.cols
+        if self.app_score is not None:
+            for i in ids.tolist():
+                self.app_score.applied(i)
+        np.add.at(c["applications"], ids, 1)
+        per_group = np.bincount(c["group"][ids], minlength=2)
+        self.cum["applications"] += per_group
+        self.ep["applications"] += per_group
+        self.model.submit_many(times, ids)
+
     def _arrivals(self, g: int):
+        if self.blocks is not None:
+            yield from self.blocks.process(g)
         rng = self.arrival_rngs[g]
         start, stop = self.group_slices[g]
         weight = self.cols["weight"]
@@ -261,6 +283,8 @@ class World:
     def _interrupt(self, groups) -> None:
         active = self.env.active_process
         for g in groups:
+            if self.blocks is not None:
+                self.blocks.discard(g)
             proc = self.procs[g]
             if proc is not active and proc.is_alive and not self._wake[g]:
                 self._wake[g] = True
@@ -328,6 +352,7 @@ class World:
 
     def _resolve_later(self, won: np.ndarray, won_obs: np.ndarray):
         yield self.env.timeout(self.dyn.loan_term)
+        self.collect_arrivals()  # arrivals before this resolution saw the state before it
         self.outstanding -= len(won)
         self._resolve(won, won_obs)
         self._interrupt(np.unique(self.cols["group"][won]))
