@@ -234,9 +234,10 @@ class World:
 
     def _commit_arrivals(self, times: np.ndarray, ids: np.ndarray) -> None:
         c = self.cols
-        if self.app_score is not None:
+        app_score = getattr(self, "app_score", None)  # PERL's application likelihood, when present
+        if app_score is not None:
             for i in ids.tolist():
-                self.app_score.applied(i)
+                app_score.applied(i)
         np.add.at(c["applications"], ids, 1)
         per_group = np.bincount(c["group"][ids], minlength=2)
         self.cum["applications"] += per_group
