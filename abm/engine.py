@@ -81,6 +81,9 @@ class Simulation(mesa.Model):
 
             policy = build(scenario.policy, self.world.policy_context(), self.rngs["policy"])
         self.policy = policy
+        prepare = getattr(policy, "prepare", None)
+        if callable(prepare):  # policies that train on the scenario first and set the agent's side (policies/deep)
+            prepare(self)
         self.world.start()
         self.env.process(self._clock())
 

@@ -128,7 +128,7 @@ class AbmEnv(gymnasium.Env):
         idx = np.array([req.agent_id])
         return {"agent_id": int(req.agent_id), "group": int(req.group),
                 "outcome": bool(true_outcome(self.sim.world, idx)[0]),
-                "time": float(self.sim.env.now), "episode": int(self.sim.episode)}
+                "time": float(self.sim.env.now), "sim_episode": int(self.sim.episode)}
 
     # -- gymnasium API ----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -158,13 +158,15 @@ class AbmEnv(gymnasium.Env):
         world = self.sim.world
         before = world_reward(world)
         decided = {"agent_id": int(req.agent_id), "group": int(req.group), "action": a,
-                   "outcome": bool(true_outcome(world, np.array([req.agent_id]))[0])}
+                   "outcome": bool(true_outcome(world, np.array([req.agent_id]))[0]),
+                   "obs": self._obs(req.obs)}
         req.decided.succeed(a)
         alive = self._advance()
         reward = world_reward(world) - before
         # the decided applicant as the agent sees it after the decision resolved (transition
         # data for dynamics models, e.g. the Bisimulator's T_psi(s' | s, a, g))
         decided["next_obs"] = self._obs(world.observe(np.array([decided["agent_id"]]))[0])
+        decided["reward"] = float(reward)
         if alive:
             obs = self._obs(self._req.obs)
             info = self._info()

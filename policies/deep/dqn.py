@@ -1,0 +1,60 @@
+"""DQN lender (stable-baselines3) with seed 002 Table 7 hyperparameters as defaults.
+
+Table 7 maps onto SB3's DQN as: learning rate 5e-5 annealed linearly ("Anneal learning rate:
+True"), gamma 0.99, batch size 512, target network update rate tau 1 (hard copies) every 10
+steps (``target_update_interval=10``), "Update epochs 4" -> 4 gradient steps per update, taken
+every 4 decisions (``train_freq=4``, SB3's default). The Q-network has one tanh hidden layer of
+256 (D.1). Not in the table, so CleanRL's DQN defaults are used: replay buffer 10,000,
+epsilon-greedy from 1 to 0.05 over half of training; learning starts after 1,000 decisions
+(CleanRL: 10,000, too large for the short budgets used here).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+from pydantic import Field
+from stable_baselines3 import DQN
+
+from policies.deep.common import DeepParams, DeepPolicy, linear_schedule
+
+
+class DQNParams(DeepParams):
+    learning_rate: float = Field(5e-5, gt=0, le=1.0, description="Adam learning rate, annealed linearly to 0 (Table 7).")
+    hidden: int = Field(256, ge=1, le=65536, description="Width of the single tanh hidden layer of the Q-network.")
+    gamma: float = Field(0.99, gt=0, le=1.0, description="Discount factor.")
+    batch_size: int = Field(512, ge=1, le=10**7, description="Replay mini batch size.")
+    tau: float = Field(1.0, gt=0, le=1.0, description="Target network update rate (1 = hard copy).")
+    target_update_interval: int = Field(10, ge=1, le=10**9, description="Decisions between target updates.")
+    gradient_steps: int = Field(4, ge=1, le=1000, description="Gradient steps per update ('update epochs').")
+    train_freq: int = Field(4, ge=1, le=10**6, description="Decisions between updates.")
+    buffer_size: int = Field(10_000, ge=1, le=10**8, description="Replay buffer size.")
+    learning_starts: int = Field(1_000, ge=0, le=10**9, description="Decisions collected before learning starts.")
+    exploration_fraction: float = Field(0.5, gt=0, le=1.0, description="Fraction of training over which epsilon decays.")
+    exploration_final_eps: float = Field(0.05, ge=0, le=1.0, description="Final epsilon of epsilon-greedy.")
+
+
+def dqn_kwargs(p: DQNParams) -> dict:
+    return dict(learning_rate=linear_schedule(p.learning_rate), buffer_size=p.buffer_size,
+                learning_starts=p.learning_starts, batch_size=p.batch_size, tau=p.tau, gamma=p.gamma,
+                train_freq=p.train_freq, gradient_steps=p.gradient_steps,
+                target_update_interval=p.target_update_interval, exploration_fraction=p.exploration_fraction,
+                exploration_initial_eps=1.0, exploration_final_eps=p.exploration_final_eps,
+                policy_kwargs=dict(net_arch=[p.hidden], activation_fn=torch.nn.Tanh), device="cpu", verbose=0)
+
+
+class DQNLender(DeepPolicy):
+    """DQN (SB3) trained on the scenario's gym adapter; seed 002 Table 7 defaults."""
+
+    name: ClassVar[str] = "dqn"
+    Params = DQNParams
+    algorithm: ClassVar[type] = DQN
+
+    def build_model(self, env):
+        return self.algorithm("MlpPolicy", env, seed=self.train_seed, **dqn_kwargs(self.params))
+
+    def approve_prob(self, obs: np.ndarray) -> np.ndarray:
+        q = self.model.q_net(torch.as_tensor(obs, dtype=torch.float32))
+        return (q[:, 1] > q[:, 0]).float().cpu().numpy().astype(float)

@@ -1,0 +1,59 @@
+"""PPO lender (stable-baselines3) with seed 002 Table 6 hyperparameters as defaults.
+
+Seed 002 D.1: "The actor and critic have MLP networks with the Tanh activation function and one
+hidden layer with dimension of 256." Table 6 maps onto SB3's PPO as: batch size 512 ->
+``n_steps=512`` (one env), mini batch 64 -> ``batch_size=64``, policy update epochs 5 ->
+``n_epochs=5``, clip 0.2, entropy 0.01, value 0.5, max grad norm 0.5, "Clip value function loss:
+True" -> ``clip_range_vf`` = the surrogate clip (CleanRL clips the value loss with the same
+coefficient), "Anneal learning rate: True" -> a linear schedule from 5e-5 to 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from pydantic import Field
+from stable_baselines3 import PPO
+
+from policies.deep.common import DeepParams, DeepPolicy, linear_schedule
+
+
+class PPOParams(DeepParams):
+    learning_rate: float = Field(5e-5, gt=0, le=1.0, description="Adam learning rate, annealed linearly to 0 (Table 6).")
+    hidden: int = Field(256, ge=1, le=65536, description="Width of the single tanh hidden layer of actor and critic.")
+    gamma: float = Field(0.99, gt=0, le=1.0, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1.0, description="lambda for GAE.")
+    n_steps: int = Field(512, ge=2, le=10**7, description="Rollout (batch) size per update.")
+    batch_size: int = Field(64, ge=2, le=10**7, description="Mini batch size.")
+    n_epochs: int = Field(5, ge=1, le=1000, description="Policy update epochs per rollout.")
+    clip_range: float = Field(0.2, gt=0, le=10.0, description="Surrogate clipping coefficient (also clips the value loss).")
+    ent_coef: float = Field(0.01, ge=0, le=10.0, description="Entropy coefficient.")
+    vf_coef: float = Field(0.5, ge=0, le=10.0, description="Value function coefficient.")
+    max_grad_norm: float = Field(0.5, gt=0, le=1e6, description="Maximum norm for gradient clipping.")
+
+
+def ppo_kwargs(p: PPOParams) -> dict[str, Any]:
+    return dict(learning_rate=linear_schedule(p.learning_rate), n_steps=p.n_steps, batch_size=p.batch_size,
+                n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range,
+                clip_range_vf=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
+                max_grad_norm=p.max_grad_norm, normalize_advantage=True,
+                policy_kwargs=dict(net_arch=dict(pi=[p.hidden], vf=[p.hidden]), activation_fn=torch.nn.Tanh),
+                device="cpu", verbose=0)
+
+
+class PPOLender(DeepPolicy):
+    """PPO (SB3) trained on the scenario's gym adapter; seed 002 Table 6 defaults."""
+
+    name: ClassVar[str] = "ppo"
+    Params = PPOParams
+    algorithm: ClassVar[type] = PPO
+
+    def build_model(self, env):
+        return self.algorithm("MlpPolicy", env, seed=self.train_seed, **ppo_kwargs(self.params))
+
+    def approve_prob(self, obs: np.ndarray) -> np.ndarray:
+        obs_t = torch.as_tensor(obs, dtype=torch.float32)
+        dist = self.model.policy.get_distribution(obs_t)
+        return dist.distribution.probs[:, 1].cpu().numpy().astype(float)
