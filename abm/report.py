@@ -14,6 +14,13 @@ RUN_PLOTS = (
     ("wealth_gap", "wealth gap ($K)", "wealth_gap"),
     ("cumulative_profit", "cumulative profit ($K)", "cumulative_profit"),
     ("reach", "reach rate", "reach_{g}"),
+    # score families (credit_score, fico, admissions)
+    ("credit_gap", "credit gap (1-Wasserstein)", "credit_gap"),
+    ("recall", "recall tp/(tp+fn), cumulative", "recall_{g}"),
+    ("recall_gap", "recall gap", "recall_gap"),
+    ("cumulative_loans", "cumulative loans", "cumulative_loans_{g}"),
+    ("social_burden", "social burden (mean cost paid by the admitted)", "social_burden_{g}"),
+    ("cumulative_return", "cumulative return", "cumulative_return"),
 )
 
 

@@ -62,7 +62,8 @@ def ledger_profit(events: pd.DataFrame, tau_interest: float) -> float:
 def check_run(sim, episodes: pd.DataFrame, events: pd.DataFrame | None) -> None:
     """End-of-run invariants: the world's own, the event ledger and the metric table."""
     sim.world.check_invariants()
-    required = [c for c in episodes.columns if c not in ("inequality_ratio",)]
+    optional = ("inequality_ratio", *getattr(sim.world, "nullable_metrics", ()))  # e.g. recall before any repayer
+    required = [c for c in episodes.columns if c not in optional]
     if episodes[required].isna().any().any():
         bad = [c for c in required if episodes[c].isna().any()]
         raise InvariantError(f"invariant 'no NaN in required metrics' broken: {', '.join(bad)}")
@@ -71,7 +72,10 @@ def check_run(sim, episodes: pd.DataFrame, events: pd.DataFrame | None) -> None:
         raise InvariantError(f"invariant 'episode profits sum to the bank profit' broken: "
                              f"{float(episodes['profit'].sum()):.6f} vs {sim.world.profit_total:.6f}")
     tau = getattr(getattr(sim.scenario, "population", None), "tau_interest", None)
-    if events is not None and tau is not None:
+    ledger_check = getattr(sim.world, "ledger_check", None)  # a family's own ledger (score families)
+    if events is not None and callable(ledger_check):
+        ledger_check(events)
+    elif events is not None and tau is not None:
         ledger = ledger_profit(events, tau)
         if not np.isclose(ledger, sim.world.profit_total, rtol=1e-9, atol=1e-6):
             raise InvariantError(f"invariant 'profit equals the event ledger' broken: "

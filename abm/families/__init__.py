@@ -20,6 +20,9 @@ from pydantic import Field
 # family name -> module path (imported lazily so a family's heavy imports cost only its users)
 FAMILIES: dict[str, str] = {
     "eutopia": "abm.families.eutopia",
+    "credit_score": "abm.families.credit_score",
+    "fico": "abm.families.fico",
+    "admissions": "abm.families.admissions",
 }
 FAMILY_NAMES = tuple(FAMILIES)
 

@@ -1,0 +1,391 @@
+"""The score-lending world shared by ``credit_score`` (seed 002 lending) and ``fico`` (Liu et al.).
+
+One applicant per unit step; the bank approves or rejects; an approved applicant repays with
+the family's probability P(repay | true score, ...), which moves the *true* score by
+``score_change_repay`` or ``score_change_default`` (clipped to the score range) and pays the
+bank its reward. The agent sees an *observed* score that moves by the per-group observation
+dynamics (``observation.score_change_*``; by default the true changes, so it equals the true
+score): seed 002's Bisimulator lever, which leaves repayment untouched. A family module
+supplies the population, P(repay) and the known curve the policies use.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from abm.config import Section
+from abm.errors import InvariantError
+from abm.eventlog import EventKind
+from abm.families import steps
+
+OBS_FIELDS = ("credit_score", "group", "repay_ratio", "default_ratio")
+
+
+class ObservationDynamics(Section):
+    """How the agent's view of the score moves (seed 002 B.1: group-specific c+ and c-)."""
+
+    score_change_repay: list[float] | None = Field(
+        None, description="Per group: observed-score change on repayment (null: the true change).")
+    score_change_default: list[float] | None = Field(
+        None, description="Per group: observed-score change on default (null: the true change).")
+
+
+@dataclass
+class Population:
+    """A generated population, rows sorted by group."""
+
+    group_names: tuple[str, ...]
+    group: np.ndarray
+    score: np.ndarray
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def frame(self) -> pd.DataFrame:
+        out = pd.DataFrame({
+            "agent_id": np.arange(len(self.group), dtype=np.int64),
+            "group": pd.Categorical.from_codes(self.group, categories=list(self.group_names)),
+            "credit_score": self.score,
+        })
+        for k, v in self.extra.items():
+            out[k] = v
+        return out
+
+
+def check_observation_lengths(obs: ObservationDynamics, n_groups: int) -> None:
+    for name in ("score_change_repay", "score_change_default"):
+        value = getattr(obs, name)
+        if value is not None and len(value) != n_groups:
+            raise ValueError(f"observation.{name} needs one value per group ({n_groups}), got {len(value)}")
+
+
+class ScoreLendingWorld(ABC):
+    """State and seams (see ``abm.families``) of a one-applicant-per-step score-lending family.
+
+    Subclasses set ``family``, ``score_range`` and ``integer_scores`` and implement
+    ``generate(scenario, rng) -> Population``, ``repay_prob(idx)`` (the truth, per applicant),
+    ``known_curve(scores, groups)`` (what policies may use) and ``reward_table()``.
+    """
+
+    obs_fields = OBS_FIELDS
+    family = ""
+    score_range = (0.0, 1.0)
+    integer_scores = False
+
+    def __init__(self, model):
+        self.model, self.env = model, model.env
+        sc = model.scenario
+        self.pop = self.generate(sc, model.rngs["population"])
+        self.group_names = list(self.pop.group_names)
+        n_groups = len(self.group_names)
+        self.n_groups = n_groups
+        sizes = np.bincount(self.pop.group, minlength=n_groups)
+        self.sizes = sizes.astype(float)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        self.group_slices = [(int(bounds[g]), int(bounds[g + 1])) for g in range(n_groups)]
+        n = len(self.pop.group)
+        self.cols: dict[str, np.ndarray] = {
+            "group": self.pop.group.astype(np.int16),
+            "score": self.pop.score.astype(np.float64).copy(),
+            "initial_score": self.pop.score.astype(np.float64).copy(),
+            "observed_score": self.pop.score.astype(np.float64).copy(),
+            "applications": np.zeros(n, np.int32),
+            "loans": np.zeros(n, np.int32),
+            "repayments": np.zeros(n, np.int32),
+            "defaults": np.zeros(n, np.int32),
+            "outcome": np.zeros(n, bool),  # potential outcome of the current application
+            "p_repay": np.full(n, np.nan),
+        }
+        self.cols.update({k: np.asarray(v) for k, v in self.pop.extra.items()})
+        dyn, obs = sc.dynamics, sc.observation
+        self.change_repay, self.change_default = float(dyn.score_change_repay), float(dyn.score_change_default)
+        self.set_observation_dynamics(obs.score_change_repay, obs.score_change_default)
+        self.rewards: steps.RewardTable = self.reward_table()
+        self.arrival_rng = model.rngs["arrivals"]
+        self.outcome_rng = model.rngs["outcomes"]
+        keys = ("applications", "approvals", "repayments", "defaults", "tp", "fn", "reward")
+        self.cum = {k: np.zeros(n_groups) for k in keys}
+        self.ep = {k: np.zeros(n_groups) for k in keys}
+        self.profit_total = 0.0
+        self.cumulative_return = 0.0
+        self.last_idx = np.empty(0, np.int64)
+        self.last_rewards = np.empty(0)
+        self.score_at_episode_start = self.mean_scores()
+        self.initial_mean = self.score_at_episode_start.copy()
+
+    # -- the Bisimulator seam -----------------------------------------------------------------
+    def set_observation_dynamics(self, repay=None, default=None) -> None:
+        """Per-group observed-score changes on repay/default (None: the true change)."""
+        n = self.n_groups
+        self.obs_repay = np.full(n, self.change_repay) if repay is None else np.asarray(repay, float)
+        self.obs_default = np.full(n, self.change_default) if default is None else np.asarray(default, float)
+        if self.obs_repay.shape != (n,) or self.obs_default.shape != (n,):
+            raise InvariantError(f"observation dynamics need one value per group ({n})")
+
+    # -- set-up -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self.env.process(steps.unit_step_arrivals(self, self._pick, self._prepare))
+
+    def _pick(self, rng) -> int:
+        return int(rng.integers(len(self.cols["group"])))
+
+    def _prepare(self, i: int, rng) -> None:
+        c = self.cols
+        p = float(self.repay_prob(np.array([i]))[0])  # scored at arrival: the bank decides on this draw
+        c["p_repay"][i] = p
+        c["outcome"][i] = self.outcome_rng.random() < p  # drawn for everyone: recall needs it
+        c["applications"][i] += 1
+        g = int(c["group"][i])
+        self.cum["applications"][g] += 1
+        self.ep["applications"][g] += 1
+
+    def policy_context(self) -> steps.ThresholdContext:
+        def score_counts():
+            return steps.counts_by_group(self.cols["observed_score"], self.cols["group"], self.n_groups)
+
+        return steps.ThresholdContext(self.obs_fields, tuple(self.group_names), "credit_score",
+                                      self.known_curve, self.rewards, score_counts, self.family)
+
+    # -- observations -----------------------------------------------------------------------
+    def observe(self, idx: np.ndarray) -> np.ndarray:
+        c = self.cols
+        out = np.empty((len(idx), 4))
+        loans = np.maximum(c["loans"][idx], 1)
+        out[:, 0] = c["observed_score"][idx]
+        out[:, 1] = c["group"][idx]
+        out[:, 2] = c["repayments"][idx] / loans
+        out[:, 3] = c["defaults"][idx] / loans
+        return out
+
+    @property
+    def obs_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.score_range
+        return np.array([lo, 0.0, 0.0, 0.0]), np.array([hi, self.n_groups - 1.0, 1.0, 1.0])
+
+    def privileged(self, idx: np.ndarray, names) -> dict[str, np.ndarray]:
+        out = {}
+        for name in names:
+            if name == "default":
+                out[name] = ~self.cols["outcome"][idx]
+            elif name in ("p_repay", "score"):
+                out[name] = self.cols[name][idx]
+        return out
+
+    def true_outcome(self, idx) -> np.ndarray:
+        """Whether each applicant would repay if approved (the current application's draw)."""
+        return self.cols["outcome"][idx]
+
+    def amount(self, idx):
+        return 1.0 if np.ndim(idx) == 0 else np.ones(len(idx))  # every loan is one unit (seed 002, Liu et al.)
+
+    def wealth_of(self, idx):
+        return self.cols["score"][idx]
+
+    @property
+    def bank_reward_total(self) -> float:
+        return self.profit_total
+
+    # -- decisions and outcomes -------------------------------------------------------------
+    def apply_decisions(self, idx: np.ndarray, approved: np.ndarray, probs: np.ndarray, obs: np.ndarray) -> None:
+        idx, approved = np.asarray(idx), np.asarray(approved, bool)
+        if len(idx) == 1:  # the common case (review: immediate): scalar updates are ~10x cheaper
+            self._apply_one(int(idx[0]), bool(approved[0]), obs)
+            return
+        c, n = self.cols, self.n_groups
+        groups = c["group"][idx]
+        good = c["outcome"][idx]
+        rewards = self.rewards.reward(approved, good)
+        self.last_idx, self.last_rewards = idx, rewards
+        for store in (self.cum, self.ep):
+            store["approvals"] += np.bincount(groups[approved], minlength=n)
+            store["tp"] += np.bincount(groups[approved & good], minlength=n)
+            store["fn"] += np.bincount(groups[~approved & good], minlength=n)
+            store["reward"] += np.bincount(groups, weights=rewards, minlength=n)
+        self.profit_total += float(rewards.sum())
+        self.model.bank.profit = self.profit_total
+        won = idx[approved]
+        if len(won) == 0:
+            return
+        repaid, gw = good[approved], groups[approved]
+        np.add.at(c["loans"], won, 1)
+        np.add.at(c["repayments"], won[repaid], 1)
+        np.add.at(c["defaults"], won[~repaid], 1)
+        for store in (self.cum, self.ep):
+            store["repayments"] += np.bincount(gw[repaid], minlength=n)
+            store["defaults"] += np.bincount(gw[~repaid], minlength=n)
+        lo, hi = self.score_range
+        # an applicant drawn twice in one batch gets both changes, then one clip
+        np.add.at(c["score"], won, np.where(repaid, self.change_repay, self.change_default))
+        np.add.at(c["observed_score"], won, np.where(repaid, self.obs_repay[gw], self.obs_default[gw]))
+        c["score"][won] = np.clip(c["score"][won], lo, hi)
+        c["observed_score"][won] = np.clip(c["observed_score"][won], lo, hi)
+        kinds = np.where(repaid, EventKind.REPAY, EventKind.DEFAULT).astype(np.int8)
+        self.model.log.extend(self.env.now, self.model.episode, won, gw, kinds, 1.0, c["score"][won], np.nan)
+        policy = self.model.policy
+        if policy is not None:
+            policy.on_outcomes(steps.Outcomes(won, gw, obs[approved], repaid, rewards[approved]))
+
+    def _apply_one(self, i: int, approved: bool, obs: np.ndarray) -> None:
+        c, cum, ep = self.cols, self.cum, self.ep
+        g = int(c["group"][i])
+        good = bool(c["outcome"][i])
+        r = self.rewards
+        reward = (r.approve_good if good else r.approve_bad) if approved else (r.reject_good if good else r.reject_bad)
+        self.last_idx, self.last_rewards = np.array([i]), np.array([reward])
+        self.profit_total += reward
+        self.model.bank.profit = self.profit_total
+        for store in (cum, ep):
+            store["reward"][g] += reward
+            if good:
+                store["tp" if approved else "fn"][g] += 1
+        if not approved:
+            return
+        lo, hi = self.score_range
+        c["loans"][i] += 1
+        key = "repayments" if good else "defaults"
+        c[key][i] += 1
+        for store in (cum, ep):
+            store["approvals"][g] += 1
+            store[key][g] += 1
+        c["score"][i] = min(hi, max(lo, c["score"][i] + (self.change_repay if good else self.change_default)))
+        c["observed_score"][i] = min(hi, max(lo, c["observed_score"][i] +
+                                             (self.obs_repay[g] if good else self.obs_default[g])))
+        self.model.log.add(self.env.now, self.model.episode, i, g, EventKind.REPAY if good else EventKind.DEFAULT,
+                           1.0, float(c["score"][i]))
+        policy = self.model.policy
+        if policy is not None:
+            policy.on_outcomes(steps.Outcomes(np.array([i]), np.array([g]), obs, np.array([good]),
+                                              np.array([reward])))
+
+    # -- episodes ---------------------------------------------------------------------------
+    def mean_scores(self, column: str = "score") -> np.ndarray:
+        return np.bincount(self.cols["group"], weights=self.cols[column], minlength=self.n_groups) / self.sizes
+
+    def episode_metrics(self, episode: int) -> dict[str, Any]:
+        c = self.cols
+        mu, mu_obs = self.mean_scores(), self.mean_scores("observed_score")
+        rec = steps.recall(self.cum["tp"], self.cum["fn"])
+        ret = float(self.ep["reward"].sum())
+        self.cumulative_return += ret
+        row: dict[str, Any] = {}
+        for g, name in enumerate(self.group_names):
+            row[f"mean_score_{name}"] = mu[g]
+        for g, name in enumerate(self.group_names):
+            row[f"observed_mean_score_{name}"] = mu_obs[g]
+        row["credit_gap"] = steps.credit_gap(c["score"], c["group"], self.n_groups)
+        row["observed_credit_gap"] = steps.credit_gap(c["observed_score"], c["group"], self.n_groups)
+        row["return"] = ret
+        row["profit"] = ret
+        row["cumulative_profit"] = self.cumulative_return
+        row["cumulative_return"] = self.cumulative_return
+        row["average_return"] = self.cumulative_return / (episode + 1)
+        for g, name in enumerate(self.group_names):
+            row[f"recall_{name}"] = rec[g]
+        row["recall_gap"] = steps.spread(rec)
+        for g, name in enumerate(self.group_names):
+            row[f"cumulative_loans_{name}"] = int(self.cum["approvals"][g])
+            row[f"applications_{name}"] = int(self.ep["applications"][g])
+            row[f"approvals_{name}"] = int(self.ep["approvals"][g])
+            row[f"repayments_{name}"] = int(self.ep["repayments"][g])
+            row[f"defaults_{name}"] = int(self.ep["defaults"][g])
+            row[f"profit_{name}"] = float(self.ep["reward"][g])
+        return row
+
+    @property
+    def nullable_metrics(self) -> tuple[str, ...]:  # recall is undefined before a group's first repayer
+        return ("recall_gap", *(f"recall_{g}" for g in self.group_names))
+
+    def episode_stats(self) -> dict[str, Any]:
+        """Per-group signals for learning objectives; the score plays the role of wealth."""
+        mu = self.mean_scores()
+        return {
+            "groups": tuple(self.group_names), "sizes": self.sizes.copy(),
+            "mean_wealth": mu.copy(), "mean_wealth_change": mu - self.score_at_episode_start,
+            "profit": self.ep["reward"].copy(), "applications": self.ep["applications"].copy(),
+            "approvals": self.ep["approvals"].copy(), "recall": steps.recall(self.cum["tp"], self.cum["fn"]),
+            "episode": self.model.episode,
+        }
+
+    def end_episode(self, episode: int) -> None:
+        self.score_at_episode_start = self.mean_scores()
+        for v in self.ep.values():
+            v[:] = 0
+
+    # -- end of run -------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        c = self.cols
+        lo, hi = self.score_range
+        for col in ("score", "observed_score"):
+            if not np.all((c[col] >= lo) & (c[col] <= hi)):
+                raise InvariantError(f"invariant '{col} in [{lo:g}, {hi:g}]' broken")
+        if self.integer_scores and not np.all(c["score"] == np.round(c["score"])):
+            raise InvariantError("invariant 'credit scores are whole numbers' broken")
+        if not np.array_equal(c["loans"], c["repayments"] + c["defaults"]):
+            raise InvariantError("invariant 'loans = repayments + defaults' broken")
+        if int(c["loans"].sum()) != int(self.cum["approvals"].sum()):
+            raise InvariantError("invariant 'loans = approvals' broken")
+        if int(c["applications"].sum()) != int(self.cum["applications"].sum()):
+            raise InvariantError("invariant 'application counts' broken")
+        ledger = self.rewards.approve_good * c["repayments"].sum() + self.rewards.approve_bad * c["defaults"].sum()
+        if not np.isclose(ledger, self.profit_total, rtol=1e-9, atol=1e-6):
+            raise InvariantError(f"invariant 'return = reward ledger' broken: {self.profit_total} vs {ledger}")
+        if int(self.cum["tp"].sum()) != int(c["repayments"].sum()):
+            raise InvariantError("invariant 'true positives = repayments' broken")
+
+    def ledger_check(self, events: pd.DataFrame) -> None:
+        """The bank's return recomputed from the event log alone (rejections earn nothing)."""
+        kind = events["kind"].astype(str)
+        ledger = self.rewards.approve_good * int((kind == "repay").sum()) + \
+            self.rewards.approve_bad * int((kind == "default").sum())
+        if not np.isclose(ledger, self.profit_total, rtol=1e-9, atol=1e-6):
+            raise InvariantError(f"invariant 'return equals the event ledger' broken: "
+                                 f"ledger {ledger:.6f}, bank {self.profit_total:.6f}")
+        if int((kind == "apply").sum()) != int(self.cum["applications"].sum()):
+            raise InvariantError("invariant 'one apply event per application' broken")
+
+    def agents_table(self) -> pd.DataFrame:
+        c = self.cols
+        table = pd.DataFrame({
+            "agent_id": np.arange(len(c["group"]), dtype=np.int64),
+            "group": pd.Categorical.from_codes(c["group"], categories=self.group_names),
+            "initial_score": c["initial_score"], "final_score": c["score"],
+            "final_observed_score": c["observed_score"],
+            "applications": c["applications"], "loans": c["loans"],
+            "repayments": c["repayments"], "defaults": c["defaults"],
+        })
+        for k in self.pop.extra:
+            table[k] = c[k]
+        return table
+
+    def summary(self) -> dict[str, Any]:
+        names = self.group_names
+        return {
+            "return": self.profit_total,
+            "recall": {n: float(r) for n, r in zip(names, steps.recall(self.cum["tp"], self.cum["fn"]))},
+            "loans": {n: int(self.cum["approvals"][g]) for g, n in enumerate(names)},
+            "initial_mean_score": {n: float(self.initial_mean[g]) for g, n in enumerate(names)},
+            "final_mean_score": {n: float(m) for n, m in zip(names, self.mean_scores())},
+            "observation_dynamics": {"score_change_repay": self.obs_repay.tolist(),
+                                     "score_change_default": self.obs_default.tolist()},
+        }
+
+    # -- what a family supplies -------------------------------------------------------------
+    @abstractmethod
+    def generate(self, scenario, rng) -> Population:
+        """The initial population (rows sorted by group); sets ``self.score_range`` if needed."""
+
+    @abstractmethod
+    def repay_prob(self, idx: np.ndarray) -> np.ndarray:
+        """The true P(repay) of applicants ``idx`` now (from their true scores)."""
+
+    @abstractmethod
+    def known_curve(self, scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """The repayment curve P(repay | score, group) the bank knows (policies use it)."""
+
+    @abstractmethod
+    def reward_table(self) -> steps.RewardTable:
+        """The bank's reward per (decision, outcome)."""

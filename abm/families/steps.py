@@ -1,0 +1,162 @@
+"""Shared pieces of the one-applicant-per-step families (seed 002 lending and admissions, FICO).
+
+These families run on a unit-step clock: one application per unit of SimPy time, the applicant
+drawn uniformly with replacement from the population (seed 002 B.1: "applicants are sampled
+uniformly with replacement from the population"). This module holds what they share: the
+arrival-process section and process, the context threshold policies read (the known
+repayment/success curve and the bank's reward table), group-size allocation, the recall and
+credit-gap metrics, and the refusal of Eutopia-only policies. See docs/MODEL.md, "Scenario
+families of seed 002 and FICO delayed impact".
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import numpy as np
+from pydantic import Field
+from scipy.stats import wasserstein_distance
+
+from abm.config import EpisodesConfig, Section
+
+# Eutopia's rules read wealth and Loanly labels; on these families they have seed-002 twins.
+EUTOPIA_ONLY = {
+    "equal_opportunity": "eo_threshold", "demographic_parity": "dp_threshold",
+    "wealth_threshold": "single_threshold", "score_threshold": "single_threshold",
+    "one_step": "classifier", "oracle": None,
+}
+
+
+def step_episodes(count: int, horizon: float) -> Callable[[], EpisodesConfig]:
+    """Default episodes section: ``count`` checkpoints of ``horizon`` steps, decided on arrival."""
+    return lambda: EpisodesConfig(count=count, horizon=horizon, decision_interval=1.0, review="immediate")
+
+
+def refuse_eutopia_policies(policy_name: str, family: str) -> None:
+    """One clear line instead of a crash deep in a run when a Eutopia-only rule is chosen."""
+    if policy_name in EUTOPIA_ONLY:
+        twin = EUTOPIA_ONLY[policy_name]
+        hint = f"; use {twin!r} (its seed-002 counterpart)" if twin else ""
+        raise ValueError(f"policy {policy_name!r} is a Eutopia (wealth-based) rule and does not apply "
+                         f"to family {family!r}{hint}")
+
+
+class StepArrivals(Section):
+    process: Literal["unit_steps", "poisson"] = Field(
+        "unit_steps", description="unit_steps: exactly one application per time unit (at t = k + 0.5); "
+                                  "poisson: a rate-1 Poisson stream (exponential gaps).")
+
+
+@dataclass(frozen=True)
+class RewardTable:
+    """The bank's reward for each (decision, true outcome) pair: 'good' = repays / succeeds."""
+
+    approve_good: float
+    approve_bad: float
+    reject_good: float = 0.0
+    reject_bad: float = 0.0
+
+    def gain(self, p_good: np.ndarray) -> np.ndarray:
+        """Expected reward of approving minus that of rejecting, given P(good)."""
+        p = np.asarray(p_good, dtype=float)
+        return p * (self.approve_good - self.reject_good) + (1.0 - p) * (self.approve_bad - self.reject_bad)
+
+    def reward(self, approved: np.ndarray, good: np.ndarray) -> np.ndarray:
+        return np.where(approved, np.where(good, self.approve_good, self.approve_bad),
+                        np.where(good, self.reject_good, self.reject_bad)).astype(float)
+
+
+@dataclass
+class ThresholdContext:
+    """What threshold and classifier policies may read besides observations.
+
+    ``p_good(scores, groups)`` is the known curve P(repay | score, group) (admissions: P(success));
+    policies apply it to the *observed* score. ``score_counts()`` gives, per group, the sorted
+    distinct observed scores of the group's current members and their counts (the bank knows
+    its applicant base; uniform sampling makes it the applicant distribution).
+    """
+
+    obs_fields: tuple[str, ...]
+    group_names: tuple[str, ...]
+    score_field: str
+    p_good: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    rewards: RewardTable
+    score_counts: Callable[[], list[tuple[np.ndarray, np.ndarray]]]
+    family: str
+
+
+@dataclass
+class Outcomes:
+    """Resolved decisions handed to ``policy.on_outcomes`` (``repaid`` = good outcome)."""
+
+    agent_id: np.ndarray
+    group: np.ndarray
+    obs: np.ndarray
+    repaid: np.ndarray
+    profit: np.ndarray
+
+
+def allocate(total: int, shares) -> np.ndarray:
+    """Group sizes summing to ``total`` in proportion to ``shares`` (largest remainder)."""
+    shares = np.asarray(shares, dtype=float)
+    raw = total * shares / shares.sum()
+    sizes = np.floor(raw).astype(np.int64)
+    order = np.argsort(-(raw - sizes), kind="stable")
+    sizes[order[: total - int(sizes.sum())]] += 1
+    return sizes
+
+
+def counts_by_group(values: np.ndarray, groups: np.ndarray, n_groups: int):
+    """Per group: (sorted distinct values, counts)."""
+    out = []
+    for g in range(n_groups):
+        v, c = np.unique(values[groups == g], return_counts=True)
+        out.append((v, c))
+    return out
+
+
+def recall(tp: np.ndarray, fn: np.ndarray) -> np.ndarray:
+    """tp / (tp + fn) per group; NaN where a group has had no good applicant yet."""
+    tp, fn = np.asarray(tp, float), np.asarray(fn, float)
+    return np.divide(tp, tp + fn, out=np.full(len(tp), np.nan), where=(tp + fn) > 0)
+
+
+def spread(values: np.ndarray) -> float:
+    """max - min over groups (the recall gap); NaN if any group is undefined."""
+    values = np.asarray(values, dtype=float)
+    return float(values.max() - values.min()) if np.all(np.isfinite(values)) else float("nan")
+
+
+def credit_gap(scores: np.ndarray, groups: np.ndarray, n_groups: int) -> float:
+    """1-Wasserstein distance between the groups' score distributions (scipy); with more than
+    two groups, the largest distance over pairs (the worst-off pair, like the recall gap)."""
+    parts = [scores[groups == g] for g in range(n_groups)]
+    if any(len(p) == 0 for p in parts):
+        return float("nan")
+    return float(max((wasserstein_distance(parts[a], parts[b])
+                      for a, b in itertools.combinations(range(n_groups), 2)), default=0.0))
+
+
+def unit_step_arrivals(world, pick: Callable[[np.random.Generator], int | None],
+                       before_submit: Callable[[int, np.random.Generator], None]):
+    """The arrival process: one application per unit step (or rate-1 Poisson), decided on
+    arrival when ``episodes.review`` is immediate, else queued for the next decision epoch.
+
+    ``pick(rng)`` returns the applicant (None: nobody left to apply this step);
+    ``before_submit(i, rng)`` lets the family act on the applicant before the bank sees it
+    (draw the potential outcome, manipulate a test score).
+    """
+    model, env, rng = world.model, world.env, world.arrival_rng
+    poisson = world.model.scenario.arrivals.process == "poisson"
+    immediate = model.scenario.episodes.review == "immediate"
+    yield env.timeout(rng.exponential(1.0) if poisson else 0.5)
+    while True:
+        i = pick(rng)
+        if i is not None:
+            before_submit(i, rng)
+            model.submit(i)
+            if immediate:
+                yield from model.review()
+        yield env.timeout(rng.exponential(1.0) if poisson else 1.0)
