@@ -21,12 +21,6 @@ POLICIES: dict[str, str] = {
     "equal_opportunity": "policies.heuristics:EqualOpportunityThresholds",
     "oracle": "policies.oracle:Oracle",
     "one_step": "policies.one_step:OneStepPredictor",
-    # seed-002 / Liu et al. baselines for the score families (credit_score, fico, admissions)
-    "max_util": "policies.baselines:MaxUtil",
-    "eo_threshold": "policies.baselines:EqualOpportunity",
-    "dp_threshold": "policies.baselines:DemographicParity",
-    "single_threshold": "policies.baselines:SingleThreshold",
-    "classifier": "policies.baselines:Classifier",
     "rl": "policies.rl:RLLender",
     "perl": "policies.perl:PERLLender",
     # seed-002 / Liu et al. baselines for the score families (credit_score, fico, admissions)
