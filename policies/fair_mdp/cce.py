@@ -49,11 +49,16 @@ class ExactEvaluator:
         self.constraint = Constraint(constraint)
         self.features = features
         self._layered = LayeredEvaluator(mdp)
-        self._masks = subpopulation_masks(mdp, self.constraint)
-        self._mass = [mdp.initial_distribution[m].sum() for m in self._masks]
-        if min(self._mass) <= 0:
+        masks = subpopulation_masks(mdp, self.constraint)
+        mass = [mdp.initial_distribution[m].sum() for m in masks]
+        if min(mass) <= 0:
             raise ValueError(f"constraint {self.constraint.value!r} compares an empty "
                              f"sub-population")
+        # gap = Lambda[:, accept] . gap_weight; reward = D . r_reject + Lambda[:, accept] . r_gain
+        self._gap_weight = mdp.individual_reward[:, Action.ACCEPT] * (
+            masks[1] / mass[1] - masks[0] / mass[0])
+        self._reward_reject = mdp.reward[:, Action.REJECT].copy()
+        self._reward_gain = mdp.reward[:, Action.ACCEPT] - mdp.reward[:, Action.REJECT]
 
     def policy(self, theta: np.ndarray) -> np.ndarray:
         return sigmoid_policy(self.features, theta)
@@ -61,12 +66,9 @@ class ExactEvaluator:
     def __call__(self, theta: np.ndarray) -> tuple[float, float]:
         accept = self.policy(theta)
         occupancy = self._layered.state_occupancy(accept)
-        offered = occupancy * accept * self.mdp.individual_reward[:, Action.ACCEPT]
-        refused = occupancy * (1.0 - accept)
-        reward = float(refused @ self.mdp.reward[:, Action.REJECT]
-                       + occupancy * accept @ self.mdp.reward[:, Action.ACCEPT])
-        rates = [offered[m].sum() / mass for m, mass in zip(self._masks, self._mass)]
-        return reward, float(abs(rates[1] - rates[0]))
+        accepted = occupancy * accept
+        reward = float(occupancy @ self._reward_reject + accepted @ self._reward_gain)
+        return reward, float(abs(accepted @ self._gap_weight))
 
 
 @dataclass(frozen=True)
