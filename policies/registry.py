@@ -31,6 +31,11 @@ POLICIES: dict[str, str] = {
     "classifier": "policies.baselines:Classifier",
     "ppo": "policies.deep.ppo:PPOLender",
     "dqn": "policies.deep.dqn:DQNLender",
+    "lag_ppo": "policies.deep.lag_ppo:LagPPOLender",
+    "a_ppo": "policies.deep.a_ppo:APPOLender",
+    "elbert_po": "policies.deep.elbert_po:ELBERTLender",
+    "bisim_ppo": "policies.deep.bisimulator:BisimPPOLender",
+    "bisim_dqn": "policies.deep.bisimulator:BisimDQNLender",
 }
 
 

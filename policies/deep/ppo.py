@@ -17,7 +17,7 @@ import torch
 from pydantic import Field
 from stable_baselines3 import PPO
 
-from policies.deep.common import DeepParams, DeepPolicy, linear_schedule
+from policies.deep.common import DecisionRecorder, DeepParams, DeepPolicy, linear_schedule, records_arrays
 
 
 class PPOParams(DeepParams):
@@ -57,3 +57,42 @@ class PPOLender(DeepPolicy):
         obs_t = torch.as_tensor(obs, dtype=torch.float32)
         dist = self.model.policy.get_distribution(obs_t)
         return dist.distribution.probs[:, 1].cpu().numpy().astype(float)
+
+
+class AdjustedPPO(DecisionRecorder, PPO):
+    """SB3 PPO whose rollout advantages are rewritten before each update.
+
+    ``adjuster(advantages, records, model) -> advantages`` sees the flat advantages of the
+    rollout (GAE, before SB3's per-minibatch normalisation) and the decision records of the
+    same steps (group, action, true outcome, reward, obs, next_obs, done). This is where
+    Lag-PPO, A-PPO and ELBERT-PO differ from PPO; everything else is SB3's update.
+    """
+
+    adjuster = None
+
+    def train(self) -> None:
+        if self.adjuster is not None:
+            buf = self.rollout_buffer
+            shape = buf.advantages.shape
+            recs = records_arrays(self.take_records(shape[0] * shape[1]))
+            adjusted = self.adjuster(buf.advantages.reshape(-1).astype(float), recs, self)
+            buf.advantages = np.asarray(adjusted, dtype=np.float32).reshape(shape)
+        super().train()
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "adjuster", "records"]
+
+
+class FairPPOLender(PPOLender):
+    """Base of the PPO lenders with an advantage adjuster (set up in ``make_adjuster``)."""
+
+    algorithm: ClassVar[type] = AdjustedPPO
+
+    def make_adjuster(self, env):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def build_model(self, env):
+        model = super().build_model(env)
+        self.adjuster = self.make_adjuster(env)
+        model.adjuster = self.adjuster
+        return model
