@@ -1,0 +1,308 @@
+"""Population studies: study files, run identity and seeds, Dask execution (local cluster and a
+real scheduler on loopback), kill-and-resume, failures, aggregation and the report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from abm.errors import UserError
+from abm.study import derive_seed, load_study, run_study, study_from_dict
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+SMOKE = SCENARIOS / "studies" / "smoke.yaml"
+
+
+def tiny_doc(**changes) -> dict:
+    """4 runs of a 2 x 200-applicant Eutopia market, 3 episodes each (about 0.3 s per run)."""
+    doc = {
+        "study": {"name": "tiny", "seed": 11, "episodes": 3, "seeds": 1},
+        "base": str(SCENARIOS / "eutopia.yaml"),
+        "overrides": {"population.n_male": 200, "population.n_female": 200},
+        "grid": {"arrivals.base_slope": [0.01, 0.03]},
+        "policies": [{"name": "approve_all"}, {"name": "random", "p": 0.5}],
+    }
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            doc[section] = {**doc[section], field: value}
+        else:
+            doc[section] = value
+    return doc
+
+
+def write_study(folder: Path, doc: dict, name: str = "study.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def event_digest(run_dir: Path) -> str:
+    events = pd.read_parquet(run_dir / "events.parquet")
+    return hashlib.sha256(pd.util.hash_pandas_object(events, index=False).to_numpy().tobytes()).hexdigest()
+
+
+def digests(study_dir: Path) -> dict[str, str]:
+    return {d.name: event_digest(d) for d in sorted((study_dir / "runs").iterdir())}
+
+
+@pytest.fixture(scope="module")
+def serial_study(tmp_path_factory):
+    """The tiny study run in a plain loop once per module: the reference the Dask paths match."""
+    folder = tmp_path_factory.mktemp("serial")
+    study = study_from_dict(tiny_doc(), "tiny")
+    outcome = run_study(study, folder / "out", workers=0, quiet=True)
+    return study, folder / "out", outcome
+
+
+# --------------------------------------------------------------------------------------------
+# Study files, ids and seeds
+
+
+def test_smoke_study_is_small_and_every_run_is_a_valid_scenario():
+    study = load_study(SMOKE)
+    assert study.name == "smoke" and len(study.runs) == 8 and study.configurations == 4
+    assert len({r.run_id for r in study.runs}) == 8 and len({r.seed for r in study.runs}) == 8
+    for spec in study.runs:
+        assert spec.scenario["episodes"]["count"] == 8
+        assert spec.scenario["population"]["n_male"] == 400
+        assert spec.scenario["seed"] == spec.seed == derive_seed(2024, spec.config_id, spec.replicate)
+    assert {r.columns["policy"] for r in study.runs} == {"approve_all", "random(p=0.5)"}
+
+
+def test_run_ids_and_seeds_do_not_depend_on_order_and_extend_stably():
+    a = study_from_dict(tiny_doc(study__seeds=2), "a")
+    b = study_from_dict(tiny_doc(study__seeds=[1, 0], grid={"arrivals.base_slope": [0.03, 0.01]},
+                                 policies=[{"name": "random", "p": 0.5}, {"name": "approve_all"}]), "b")
+    pairs = {(r.run_id, r.seed) for r in a.runs}
+    assert pairs == {(r.run_id, r.seed) for r in b.runs} and len(pairs) == 8
+    more = study_from_dict(tiny_doc(study__seeds=3), "c")
+    assert pairs < {(r.run_id, r.seed) for r in more.runs}
+    other_seed = study_from_dict(tiny_doc(study__seeds=2, study__seed=12), "d")
+    assert {r.run_id for r in other_seed.runs} == {r.run_id for r in a.runs}
+    assert not {r.seed for r in other_seed.runs} & {r.seed for r in a.runs}
+    spec = a.runs[0]  # the seed is SeedSequence(study seed) keyed by the configuration id words
+    words = tuple(int(spec.config_id[i:i + 8], 16) for i in range(0, 16, 8))
+    expected = np.random.SeedSequence(11, spawn_key=(*words, spec.replicate)).generate_state(1, np.uint64)[0]
+    assert spec.seed == int(expected) & (2**63 - 1)
+
+
+def test_groups_merge_over_the_study_and_share_identical_runs():
+    doc = tiny_doc(groups={
+        "baseline": {"policies": [{"name": "approve_all"}]},
+        "random": {"policies": [{"name": "approve_all"}, {"name": "random", "p": 0.2}],
+                   "grid": {"arrivals.excitation": [0.1, 0.3]}},
+    })
+    study = study_from_dict(doc, "g")
+    by_group = {g: [r for r in study.runs if g in r.groups] for g in ("baseline", "random")}
+    assert len(by_group["baseline"]) == 2 and len(by_group["random"]) == 8
+    # approve_all with excitation 0.3 (the base value) is the baseline run: one run, two groups
+    shared = [r for r in study.runs if r.groups == ("baseline", "random")]
+    assert len(shared) == 2 and len(study.runs) == 8
+    assert all(r.scenario["arrivals"]["excitation"] == 0.3 for r in shared)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"study__seeds": 0}, "study.seeds"),
+    ({"study__colour": "red"}, "study.colour"),
+    ({"grid": {"arrivals.base_slop": [1, 2]}}, "arrivals.base_slop"),
+    ({"grid": {"arrivals.base_slope": [-1.0]}}, "arrivals.base_slope"),
+    ({"grid": {"arrivals.base_slope": 0.1}}, "grid"),
+    ({"grid": {"policy.p": [0.1]}}, "grid"),
+    ({"policies": [{"name": "random", "p": 3}]}, "policies"),
+    ({"policies": [{"name": "no_such_policy"}]}, "policies"),
+    ({"objectives": ["outcome:bogus"]}, "objectives"),
+    ({"base": "missing.yaml"}, "base"),
+    ({"overrides": {"episodes.horizon": -1}}, "episodes.horizon"),
+])
+def test_bad_study_files_name_the_field(tmp_path, change, field):
+    path = write_study(tmp_path, tiny_doc(**change))
+    with pytest.raises(UserError) as info:
+        load_study(path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and f"{field}" in message and "\n" not in message
+
+
+def test_cli_exit_2_for_bad_study_and_validate_accepts_study_files(cli, tmp_path):
+    bad = write_study(tmp_path, tiny_doc(grid={"arrivals.decay": [0.0]}), "bad.yaml")
+    for args in (("validate", str(SMOKE), str(bad)), ("study", str(bad), "--out", str(tmp_path / "x"))):
+        done = cli(*args)
+        assert done.returncode == 2, done.stderr
+        assert (f"{SMOKE}: ok" in done.stdout) == (args[0] == "validate")
+        assert done.stderr.strip().count("\n") == 0 and "arrivals.decay" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "x").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Execution
+
+
+def test_two_local_workers_give_the_serial_results_run_for_run(serial_study, tmp_path):
+    from abm.study_exec import local_client
+
+    study, serial_dir, outcome = serial_study
+    assert (outcome.succeeded, outcome.skipped, outcome.failed) == (4, 0, 0)
+    with local_client(2, tmp_path / "scratch") as client:
+        assert sorted(client.nthreads().values()) == [1, 1]  # two single-threaded worker processes
+        dask_out = run_study(study, tmp_path / "dask", client=client, quiet=True)
+    assert (dask_out.succeeded, dask_out.failed) == (4, 0)
+    assert not (tmp_path / "scratch").exists()
+    reference = digests(serial_dir)
+    assert reference == digests(tmp_path / "dask") and len(reference) == 4
+    pd.testing.assert_frame_equal(pd.read_parquet(serial_dir / "summary.parquet"),
+                                  pd.read_parquet(tmp_path / "dask" / "summary.parquet"))
+
+
+def test_rerun_skips_finished_runs_and_the_folder_is_locked(serial_study, tmp_path):
+    from abm.study_exec import _locked
+
+    study, serial_dir, _ = serial_study
+    before = {d.name: (d / "summary.json").stat().st_mtime_ns for d in (serial_dir / "runs").iterdir()}
+    again = run_study(study, serial_dir, workers=0, quiet=True)
+    assert (again.succeeded, again.skipped, again.failed, again.backend) == (0, 4, 0, "nothing to run")
+    assert before == {d.name: (d / "summary.json").stat().st_mtime_ns for d in (serial_dir / "runs").iterdir()}
+    with _locked(serial_dir):
+        with pytest.raises(UserError, match="another study"):
+            run_study(study, serial_dir, workers=0, quiet=True)
+
+
+def test_failing_run_is_recorded_and_the_others_finish(tmp_path):
+    # 40,000 men without replacement exceeds UCI Adult: valid config, fails when the run starts
+    doc = tiny_doc(grid={"population.n_male": [200, 40000]}, policies=[{"name": "approve_all"}])
+    study = study_from_dict(doc, "fail")
+    leftover = tmp_path / "out" / "runs" / ".tmp-leftover-of-a-killed-study"
+    (leftover).mkdir(parents=True)
+    (leftover / "summary.json").write_text("{}")
+    outcome = run_study(study, tmp_path / "out", workers=0, quiet=True)
+    assert (outcome.succeeded, outcome.failed) == (1, 1) and not leftover.exists()
+    bad = next(r for r in study.runs if r.scenario["population"]["n_male"] == 40000)
+    record = json.loads((tmp_path / "out" / "failed" / f"{bad.run_id}.json").read_text())
+    assert "UserError" in record["error"] and "sample_with_replacement" in record["error"]
+    assert "Traceback" in record["traceback"]
+    assert not (tmp_path / "out" / "runs" / bad.run_id).exists()
+    status = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("run_id")["status"].to_dict()
+    assert status == {bad.run_id: "failed", next(r.run_id for r in study.runs if r is not bad): "ok"}
+    resumed = run_study(study, tmp_path / "out", workers=0, quiet=True)
+    assert (resumed.succeeded, resumed.skipped, resumed.failed, resumed.failed_before) == (0, 1, 1, 1)
+    retried = run_study(study, tmp_path / "out", workers=0, quiet=True, retry_failed=True)
+    assert (retried.succeeded, retried.skipped, retried.failed, retried.failed_before) == (0, 1, 1, 0)
+    assert "1 failed" in retried.summary_line("fail") and "1 skipped" in retried.summary_line("fail")
+
+
+def test_study_table_summary_and_report(serial_study):
+    study, folder, _ = serial_study
+    table = pd.read_parquet(folder / "study.parquet")
+    assert len(table) == 4 * 3 and not table.duplicated(["run_id", "episode"]).any()
+    for col in ("run_id", "config_id", "config", "policy", "objective", "arrivals.base_slope", "seed", "wealth_gap"):
+        assert col in table.columns
+    run = table[table["run_id"] == study.runs[0].run_id].sort_values("episode")
+    own = pd.read_parquet(folder / "runs" / study.runs[0].run_id / "episodes.parquet")
+    np.testing.assert_allclose(run["wealth_gap"].to_numpy(), own["wealth_gap"].to_numpy(), rtol=0, atol=0)
+    # two replicates of one configuration: mean and std by hand
+    doc = tiny_doc(study__seeds=2, grid={"arrivals.base_slope": [0.02]}, policies=[{"name": "random", "p": 0.5}])
+    two = run_study(study_from_dict(doc, "two"), folder.parent / "two", workers=0, quiet=True)
+    summary = pd.read_parquet(folder.parent / "two" / "summary.parquet")
+    runs = pd.read_parquet(folder.parent / "two" / "study.parquet")
+    assert two.succeeded == 2 and list(summary["count"]) == [2, 2, 2]
+    by_hand = runs.groupby("episode")["cumulative_profit"].agg(["mean", "std"])
+    np.testing.assert_allclose(summary["cumulative_profit_mean"], by_hand["mean"], rtol=1e-12)
+    np.testing.assert_allclose(summary["cumulative_profit_std"], by_hand["std"], rtol=1e-12)
+    from abm.report import render
+
+    out = render(folder)
+    comparison = (out / "comparison.md").read_text()
+    for label in ("approve_all, arrivals.base_slope=0.01", "random(p=0.5), arrivals.base_slope=0.03"):
+        assert label in comparison
+    csv = pd.read_csv(out / "comparison.csv")
+    assert len(csv) == 4 and (csv["episode"] == 2).all() and (csv["count"] == 1).all()
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert {"wealth_gap.png", "mean_wealth_F.png", "cumulative_profit.png"} <= set(pngs)
+    assert all((out / p).stat().st_size > 5000 for p in pngs)
+
+
+def test_real_scheduler_and_worker_on_loopback(cli, serial_study, tmp_path):
+    _, serial_dir, _ = serial_study
+    dask = [str(Path(sys.executable).parent / "dask")]
+    if not Path(dask[0]).exists():
+        dask = [sys.executable, "-m", "dask"]
+    info = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(info)], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not info.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(info.read_text())["address"]
+        assert address.startswith("tcp://127.0.0.1:")
+        procs.append(subprocess.Popen([*dask, "worker", address, "--nworkers", "1", "--nthreads", "1",
+                                       "--no-dashboard", "--local-directory", str(tmp_path / "w")],
+                                      cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        path = write_study(tmp_path, tiny_doc())
+        done = cli("study", str(path), "--scheduler", address, "--out", str(tmp_path / "out"), timeout=300)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.strip().splitlines()  # not a terminal: one quiet summary line
+        assert len(lines) == 1 and "4 succeeded, 0 skipped, 0 failed" in lines[0]
+        assert f"dask scheduler {address}" in lines[0]
+        assert digests(tmp_path / "out") == digests(serial_dir)
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_killed_study_resumes_with_exactly_the_expected_runs(tmp_path):
+    doc = tiny_doc(study__seeds=3, study__episodes=6)  # 12 runs of about 0.5 s each
+    path = write_study(tmp_path, doc)
+    out = tmp_path / "out"
+    runs = out / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "abm.cli", "study", str(path), "--workers", "2", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    complete: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            complete = [d.name for d in runs.glob("*") if (d / "summary.json").exists()] if runs.exists() else []
+            if len(complete) >= 2:
+                break
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the study and its Dask workers, mid-study
+        proc.wait()
+    assert 2 <= len(complete) < 12, f"kill did not land mid-study ({len(complete)} runs done)"
+    time.sleep(0.5)
+    study = load_study(path)
+    expected = {r.run_id for r in study.runs}
+    finished = set()
+    for d in runs.iterdir():  # whatever survived the kill: complete, or an obvious temp folder
+        if d.name.startswith(".tmp-"):
+            continue
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["invariants"] == "passed" and len(pd.read_parquet(d / "episodes.parquet")) == 6
+        finished.add(d.name)
+    assert finished <= expected and len(finished) >= len(complete)
+    resumed = run_study(study, out, workers=0, quiet=True)
+    assert (resumed.skipped, resumed.succeeded, resumed.failed) == (len(finished), 12 - len(finished), 0)
+    assert {d.name for d in runs.iterdir()} == expected  # no temp leftovers, nothing extra
+    assert not (out / ".dask-scratch").exists()
+    table = pd.read_parquet(out / "study.parquet")
+    assert len(table) == 12 * 6 and not table.duplicated(["run_id", "episode"]).any()
+    assert set(table["run_id"]) == expected
+    assert set(pd.read_csv(out / "runs.csv")["status"]) == {"ok"}
