@@ -139,6 +139,8 @@ def write_folder(folder: Path, scenario, sim, episodes: pd.DataFrame, events: pd
     if events is not None:
         write_parquet(events, folder / "events.parquet")
     write_parquet(sim.world.agents_table(), folder / "agents.parquet")
+    if callable(getattr(sim.policy, "prepare", None)):  # a trained policy: its weights + config (policies/deep)
+        sim.policy.save(folder / "policy")
     final = episodes.iloc[-1].to_dict() if len(episodes) else {}
     summary: dict[str, Any] = {
         "abm_version": __version__,
