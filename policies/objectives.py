@@ -1,17 +1,27 @@
-"""Learning objectives of seed 000: perspectives x families over per-episode group signals.
+"""Learning objectives of seed 000: fairness perspectives x reward families -> per-episode reward.
 
-Per-episode group signals (both in $K per group member, so the two sides share one scale):
-  outcome side  s_g = Delta mu_g      change of group g's mean wealth over the episode
-  DM side       s_g = r_g / N_g       bank profit earned from group g, per group member
-  two_sided(a)  s_g = a * outcome_g + (1 - a) * dm_g     (a = 0: DM, a = 1: outcome)
-Families on the vector s (G groups, sizes N_g, mean size Nbar):
-  utilitarian      sum_g (N_g / Nbar) s_g   (total, group-blind; = social_welfare when the
-                                             groups have equal size, as the seed notes for outcome)
-  social_welfare   sum_g s_g
+Group statistics (from ``World.episode_stats()``), both in $K per group member so that the two
+sides share one scale (a dollar of a member's wealth weighs as much as a dollar the bank earns
+per member):
+  outcome side   mu_g   group g's mean wealth (a level; the seed's mu_t^g)
+  DM side        r_g    bank profit earned from group g in the episode, divided by N_g (a flow)
+Families F on a per-group vector s (G groups, sizes N_g, mean size Nbar):
+  utilitarian      sum_g (N_g / Nbar) s_g    group-blind total (outcome: total wealth / Nbar,
+                                             = social_welfare when the groups have equal size)
+  social_welfare   sum_g s_g                 (DM: = utilitarian when the groups have equal size)
   rawlsian         min_g s_g
-  lagrangian(l)    sum_g s_g - l * (max_g s_g - min_g s_g)     (l = 0 -> social_welfare)
+  lagrangian(l)    sum_g s_g - l * (max_g s_g - min_g s_g)     (l = 0 -> social_welfare;
+                                             two groups and l = 1 -> 2 * rawlsian)
+Per-episode reward (what a learner maximises each episode):
+  outcome         F(mu_end) - F(mu_start)    the change over the episode of the level objective,
+                                             so episode rewards telescope to F(mu_T) - F(mu_0);
+                                             for the linear families this is F(Delta mu)
+  dm              F(r)                       the episode's profit flow
+  two_sided(a)    a * outcome + (1 - a) * dm (a = 0: DM, a = 1: outcome)
 String form: ``perspective:family[:param]``, e.g. ``outcome:lagrangian:1.0``,
-``two_sided:rawlsian`` (alpha 0.5), ``two_sided(0.3):social_welfare``.
+``two_sided:rawlsian`` (alpha 0.5), ``two_sided(0.3):social_welfare``,
+``two_sided:social_welfare:0.3`` (alpha), ``two_sided(0.3):lagrangian:2``. See docs/MODEL.md,
+"Learning objectives".
 """
 
 from __future__ import annotations
@@ -25,38 +35,52 @@ from abm.errors import UserError
 
 PERSPECTIVES = ("outcome", "dm", "two_sided")
 FAMILIES = ("utilitarian", "social_welfare", "rawlsian", "lagrangian")
-FORMS = ("outcome|dm|two_sided[(alpha)] : utilitarian|social_welfare|rawlsian|lagrangian[:lambda]")
-_PATTERN = re.compile(r"^\s*(outcome|dm|two_sided)(?:\((?P<alpha>[^)]*)\))?\s*:\s*(\w+)\s*(?::\s*(?P<param>[^:]+))?\s*$")
+FORMS = "outcome|dm|two_sided[(alpha)] : utilitarian|social_welfare|rawlsian|lagrangian[:lambda]"
+DEFAULT_ALPHA = 0.5
+DEFAULT_LAMBDA = 1.0
+_PATTERN = re.compile(r"^\s*(?P<perspective>\w+)\s*(?:\((?P<alpha>[^)]*)\))?\s*:\s*(?P<family>\w+)\s*"
+                      r"(?::\s*(?P<param>[^:]+?))?\s*$")
+
+
+def family_value(family: str, s: np.ndarray, sizes: np.ndarray, lam: float = DEFAULT_LAMBDA) -> float:
+    """F(s) for one reward family on a per-group vector ``s``."""
+    s = np.asarray(s, dtype=float)
+    sizes = np.asarray(sizes, dtype=float)
+    if family == "utilitarian":
+        return float(np.sum(sizes / sizes.mean() * s))
+    if family == "social_welfare":
+        return float(np.sum(s))
+    if family == "rawlsian":
+        return float(np.min(s))
+    if family == "lagrangian":
+        return float(np.sum(s) - lam * (np.max(s) - np.min(s)))
+    raise UserError(f"objective: unknown family {family!r} (forms: {FORMS})")
 
 
 @dataclass(frozen=True)
 class Objective:
     perspective: str
     family: str
-    alpha: float = 0.5  # two_sided mixing weight (outcome share)
-    lam: float = 1.0  # lagrangian multiplier
+    alpha: float = DEFAULT_ALPHA  # two_sided: weight of the outcome side
+    lam: float = DEFAULT_LAMBDA  # lagrangian multiplier
 
-    def signals(self, stats: dict) -> np.ndarray:
-        """The per-group signal vector s_g of this perspective."""
+    def outcome_reward(self, stats: dict) -> float:
         sizes = np.asarray(stats["sizes"], dtype=float)
-        outcome = np.asarray(stats["mean_wealth_change"], dtype=float)
-        dm = np.asarray(stats["profit"], dtype=float) / sizes
-        if self.perspective == "outcome":
-            return outcome
-        if self.perspective == "dm":
-            return dm
-        return self.alpha * outcome + (1.0 - self.alpha) * dm
+        end = np.asarray(stats["mean_wealth"], dtype=float)
+        start = end - np.asarray(stats["mean_wealth_change"], dtype=float)
+        return family_value(self.family, end, sizes, self.lam) - family_value(self.family, start, sizes, self.lam)
+
+    def dm_reward(self, stats: dict) -> float:
+        sizes = np.asarray(stats["sizes"], dtype=float)
+        return family_value(self.family, np.asarray(stats["profit"], dtype=float) / sizes, sizes, self.lam)
 
     def value(self, stats: dict) -> float:
-        s = self.signals(stats)
-        sizes = np.asarray(stats["sizes"], dtype=float)
-        if self.family == "utilitarian":
-            return float(np.sum(sizes / sizes.mean() * s))
-        if self.family == "social_welfare":
-            return float(np.sum(s))
-        if self.family == "rawlsian":
-            return float(np.min(s))
-        return float(np.sum(s) - self.lam * (np.max(s) - np.min(s)))
+        """The episode's reward under this objective."""
+        if self.perspective == "outcome":
+            return self.outcome_reward(stats)
+        if self.perspective == "dm":
+            return self.dm_reward(stats)
+        return self.alpha * self.outcome_reward(stats) + (1.0 - self.alpha) * self.dm_reward(stats)
 
     def __str__(self) -> str:
         head = f"two_sided({self.alpha:g})" if self.perspective == "two_sided" else self.perspective
@@ -68,26 +92,28 @@ def _number(text: str, what: str, low: float, high: float) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise UserError(f"objective: {what} must be a number, got {text!r} (forms: {FORMS})") from None
-    if not (low <= value <= high) or not np.isfinite(value):
-        raise UserError(f"objective: {what} must be in [{low:g}, {high:g}], got {value:g}")
+        raise UserError(f"objective: {what} must be a number, got {text.strip()!r} (forms: {FORMS})") from None
+    if not np.isfinite(value) or not (low <= value <= high):
+        raise UserError(f"objective: {what} must be in [{low:g}, {high:g}], got {text.strip()} (forms: {FORMS})")
     return value
 
 
 def parse(text: str) -> Objective:
     """Parse ``perspective:family[:param]`` or raise a UserError naming the allowed forms."""
     if not isinstance(text, str):
-        raise UserError(f"objective: expected a string like 'outcome:lagrangian:1.0', got {text!r}")
+        raise UserError(f"objective: expected a string like 'outcome:lagrangian:1.0', got {text!r} (forms: {FORMS})")
     m = _PATTERN.match(text)
     if not m:
         raise UserError(f"objective: cannot parse {text!r} (forms: {FORMS})")
-    perspective, family = m.group(1), m.group(3)
+    perspective, family = m.group("perspective"), m.group("family")
+    if perspective not in PERSPECTIVES:
+        raise UserError(f"objective: unknown perspective {perspective!r} in {text!r} (forms: {FORMS})")
     if family not in FAMILIES:
-        raise UserError(f"objective: unknown family {family!r} (allowed: {', '.join(FAMILIES)})")
-    alpha, lam = 0.5, 1.0
+        raise UserError(f"objective: unknown family {family!r} in {text!r} (forms: {FORMS})")
+    alpha, lam = DEFAULT_ALPHA, DEFAULT_LAMBDA
     if m.group("alpha") is not None:
         if perspective != "two_sided":
-            raise UserError(f"objective: only two_sided takes (alpha), got {text!r}")
+            raise UserError(f"objective: only two_sided takes (alpha), got {text!r} (forms: {FORMS})")
         alpha = _number(m.group("alpha"), "two_sided alpha", 0.0, 1.0)
     param = m.group("param")
     if param is not None:
@@ -96,5 +122,5 @@ def parse(text: str) -> Objective:
         elif perspective == "two_sided" and m.group("alpha") is None:
             alpha = _number(param, "two_sided alpha", 0.0, 1.0)
         else:
-            raise UserError(f"objective: {family} takes no parameter, got {text!r} (forms: {FORMS})")
+            raise UserError(f"objective: {perspective}:{family} takes no parameter, got {text!r} (forms: {FORMS})")
     return Objective(perspective, family, alpha, lam)

@@ -120,6 +120,8 @@ class PolicyContext:
     group_names: tuple[str, ...]
     tau_interest: float
     columns: Callable[[], dict[str, np.ndarray]]
+    #: the approval model at build time: its wealth standardisation defines a published theta_x
+    approval: loanly.ApprovalModel | None = None
 
 
 @dataclass
@@ -184,6 +186,7 @@ class World:
         self.procs: list[simpy.Process] = []
         self._wake = [False, False]
         self.bank_wakeup: simpy.Event | None = None
+        self.app_score = None  # ApplicationScore when the policy learns from the application likelihood (PERL)
         # batch review + excitation on approvals: arrivals sampled in exact vectorised blocks
         lazy = model.scenario.episodes.review == "batch" and self.arr.excite_on == "approvals"
         self.blocks = BlockArrivals(self) if lazy else None
@@ -191,6 +194,10 @@ class World:
     # -- set-up -----------------------------------------------------------------------------
     def start(self) -> None:
         policy = self.model.policy
+        if getattr(policy, "needs_application_score", False):
+            from abm.families.eutopia_likelihood import ApplicationScore
+
+            self.app_score = ApplicationScore(self)
         published = getattr(policy, "approval_model", None)
         if callable(published) and published() is not None:
             self._publish(*published())
@@ -203,7 +210,7 @@ class World:
             c = self.cols
             return {k: c[k] for k in ("group", "wealth", "label", "weight", "loan_amount", "default")}
 
-        return PolicyContext(OBS_FIELDS, tuple(self.group_names), self.pop.tau_interest, columns)
+        return PolicyContext(OBS_FIELDS, tuple(self.group_names), self.pop.tau_interest, columns, self.approval)
 
     # -- intensities and arrivals -----------------------------------------------------------
     def base_rate(self, g: int) -> float:
@@ -223,6 +230,8 @@ class World:
         return self.intensity(g) * self.weight_sum[g] / self.sizes[g]
 
     def _excite(self, g: int, count: int) -> None:
+        if self.app_score is not None:
+            self.app_score.advance()
         now = self.env.now
         self.excitation[g] = self.excitation_now(g, now) + self.arr.excitation * count
         self.excitation_time[g] = now
@@ -266,6 +275,8 @@ class World:
                 i = start + int(rng.integers(stop - start))
                 if rng.random() * self.max_weight < weight[i]:
                     break
+            if self.app_score is not None:
+                self.app_score.applied(i)
             self.cols["applications"][i] += 1
             self.cum["applications"][g] += 1
             self.ep["applications"][g] += 1
@@ -360,6 +371,8 @@ class World:
 
     def _resolve(self, won: np.ndarray, won_obs: np.ndarray) -> None:
         """Repayment or default of approved loans: wealth, profit, weights, the log."""
+        if self.app_score is not None:
+            self.app_score.advance()
         c = self.cols
         groups = c["group"][won]
         repaid = ~c["default"][won]
@@ -393,8 +406,12 @@ class World:
         c = self.cols
         c["approval_score"][idx] = self.approval.prob(c["wealth"][idx], c["group"][idx])
         c["weight"][idx] = 1.0 + self.pop.selection_strength * c["approval_score"][idx]
+        if self.app_score is not None:
+            self.app_score.weights_changed(idx)
 
     def _publish(self, theta_g: float, theta_x: float, bias: float) -> None:
+        if self.app_score is not None:
+            self.app_score.advance()
         self.approval = self.approval.with_theta(theta_g, theta_x, bias)
         all_idx = np.arange(len(self.cols["wealth"]))
         self._refresh_scores(all_idx)
@@ -434,7 +451,7 @@ class World:
     def episode_stats(self) -> dict[str, Any]:
         """Per-group signals of the episode just ended, for learning objectives."""
         mu = self.mean_wealth()
-        return {
+        stats = {
             "groups": tuple(self.group_names),
             "sizes": self.sizes.copy(),
             "mean_wealth": mu.copy(),
@@ -444,6 +461,9 @@ class World:
             "approvals": self.ep["approvals"].copy(),
             "episode": self.model.episode,
         }
+        if self.app_score is not None:  # grad of log p(this episode's applications) w.r.t. (theta_g, theta_x, b)
+            stats["application_score"] = self.app_score.episode_score()
+        return stats
 
     def end_episode(self, episode: int) -> None:
         policy = self.model.policy
@@ -461,6 +481,8 @@ class World:
                 if fitted is not None:
                     self._publish(fitted.theta_g, fitted.theta_x, fitted.bias)
         self._decisions = []
+        if self.app_score is not None:
+            self.app_score.reset()
         self.mu_episode_start = self.mean_wealth().copy()
         for k in self.ep:
             self.ep[k][:] = 0
