@@ -40,30 +40,27 @@ COLUMNS = {
 
 
 class EventLog:
-    """Buffered columnar log. ``append`` takes scalars or equal-length arrays per column."""
+    """Buffered columnar log. ``add`` takes one event's scalars; ``extend`` a batch whose fields
+    are scalars (shared by the batch) or equal-length arrays.
+
+    ``extend`` only records the batch (a tuple, no numpy work); the arrays are built once, in
+    ``columns()``, so a decision batch costs one list append whatever its size.
+    """
 
     def __init__(self, enabled: bool = True, group_names: list[str] | None = None):
         self.enabled = enabled
         self.group_names = group_names or []
-        self._chunks: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
-        self._scalars: dict[str, list] = {c: [] for c in COLUMNS}
+        self._batches: list[tuple] = []  # (n, time, episode, agent_id, group, kind, amount, wealth, prob)
+        self._scalars: list[tuple] = []  # single events not yet folded into a batch
+        self._done: dict[str, np.ndarray] | None = None  # columns built so far
         self.count = 0
 
     def add(self, time: float, episode: int, agent_id: int, group: int, kind: EventKind,
             amount: float = np.nan, wealth_after: float = np.nan, decision_prob: float = np.nan) -> None:
         """One event (used for single arrivals)."""
         self.count += 1
-        if not self.enabled:
-            return
-        s = self._scalars
-        s["time"].append(time)
-        s["episode"].append(episode)
-        s["agent_id"].append(agent_id)
-        s["group"].append(group)
-        s["kind"].append(int(kind))
-        s["amount"].append(amount)
-        s["wealth_after"].append(wealth_after)
-        s["decision_prob"].append(decision_prob)
+        if self.enabled:
+            self._scalars.append((time, episode, agent_id, group, int(kind), amount, wealth_after, decision_prob))
 
     def extend(self, time: float, episode: int, agent_id: np.ndarray, group: np.ndarray, kind,
                amount=np.nan, wealth_after=np.nan, decision_prob=np.nan) -> None:
@@ -74,32 +71,34 @@ class EventLog:
         self.count += n
         if not self.enabled:
             return
-        self._flush_scalars()
-        values = {
-            "time": time, "episode": episode, "agent_id": agent_id, "group": group, "kind": kind,
-            "amount": amount, "wealth_after": wealth_after, "decision_prob": decision_prob,
-        }
-        for col, dtype in COLUMNS.items():
-            v = values[col]
-            arr = np.full(n, v, dtype=dtype) if np.ndim(v) == 0 else np.asarray(v, dtype=dtype)
-            self._chunks[col].append(arr)
+        if self._scalars:
+            self._flush_scalars()
+        self._batches.append((n, time, episode, agent_id, group, kind, amount, wealth_after, decision_prob))
 
     def _flush_scalars(self) -> None:
-        if not self._scalars["time"]:
-            return
-        for col, dtype in COLUMNS.items():
-            self._chunks[col].append(np.asarray(self._scalars[col], dtype=dtype))
-            self._scalars[col] = []
+        rows = self._scalars
+        self._scalars = []
+        cols = list(zip(*rows))
+        self._batches.append((len(rows), *(np.asarray(c) for c in cols)))
 
     def columns(self) -> dict[str, np.ndarray]:
         """All events as numpy columns, in the order they happened."""
-        self._flush_scalars()
+        if self._scalars:
+            self._flush_scalars()
+        batches, self._batches = self._batches, []
         out = {}
-        for col, dtype in COLUMNS.items():
-            chunks = self._chunks[col]
-            out[col] = np.concatenate(chunks) if chunks else np.empty(0, dtype=dtype)
-            self._chunks[col] = [out[col]] if len(out[col]) else []
-        return out
+        for k, (col, dtype) in enumerate(COLUMNS.items(), start=1):
+            parts = [] if self._done is None else [self._done[col]]
+            values = [b[k] for b in batches]
+            if values and not any(isinstance(v, np.ndarray) for v in values):
+                lengths = np.fromiter((b[0] for b in batches), np.int64, len(batches))
+                parts.append(np.repeat(np.asarray(values, dtype=dtype), lengths))
+            else:
+                parts.extend(v.astype(dtype, copy=False) if isinstance(v, np.ndarray) else np.full(b[0], v, dtype)
+                             for v, b in zip(values, batches))
+            out[col] = np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+        self._done = out
+        return dict(out)
 
     def to_frame(self) -> pd.DataFrame:
         cols = self.columns()

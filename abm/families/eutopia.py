@@ -337,7 +337,7 @@ class World:
     def apply_decisions(self, idx: np.ndarray, approved: np.ndarray, probs: np.ndarray, obs: np.ndarray) -> None:
         c = self.cols
         groups = c["group"][idx]
-        self._decisions.append((c["wealth"][idx].copy(), groups.copy(), approved.copy()))
+        self._decisions.append((c["wealth"][idx], groups, approved.copy()))  # fancy indexing copies
         won = idx[approved]
         if len(won) == 0:
             return
@@ -348,7 +348,8 @@ class World:
         self.ep["approvals"] += per_group
         episode = self.model.episode
         fresh = won[c["last_loan_episode"][won] != episode]
-        fresh = np.unique(fresh)
+        if len(fresh) > 1:  # the same applicant approved twice in one batch counts once
+            fresh = np.unique(fresh)
         self.ep["recipients"] += np.bincount(c["group"][fresh], minlength=2)
         c["last_loan_episode"][won] = episode
         if self.arr.excite_on == "approvals":
@@ -379,15 +380,17 @@ class World:
         loan = c["loan_amount"][won]
         profit = np.where(repaid, self.pop.tau_interest * loan, -loan)
         payers = won[repaid]
-        np.add.at(c["wealth"], payers, c["gain"][payers])
+        pay_groups = groups[repaid]
+        gain = c["gain"][payers]
+        np.add.at(c["wealth"], payers, gain)
         np.add.at(c["repayments"], payers, 1)
         np.add.at(c["defaults"], won[~repaid], 1)
-        self.wealth_sum += np.bincount(groups[repaid], weights=c["gain"][payers], minlength=2)
+        self.wealth_sum += np.bincount(pay_groups, weights=gain, minlength=2)
         old_w = c["weight"][payers]
         self._refresh_scores(payers)
-        self.weight_sum += np.bincount(groups[repaid], weights=c["weight"][payers] - old_w, minlength=2)
-        n_rep = np.bincount(groups[repaid], minlength=2)
-        n_def = np.bincount(groups[~repaid], minlength=2)
+        self.weight_sum += np.bincount(pay_groups, weights=c["weight"][payers] - old_w, minlength=2)
+        by_outcome = np.bincount(2 * groups + repaid, minlength=4)  # (g, repaid) -> count, one pass
+        n_rep, n_def = by_outcome[1::2], by_outcome[0::2]
         g_profit = np.bincount(groups, weights=profit, minlength=2)
         for store in (self.cum, self.ep):
             store["repayments"] += n_rep

@@ -79,6 +79,8 @@ class BlockArrivals:
 
     def collect(self) -> None:
         """Commit every pending arrival up to now, both groups merged in time order."""
+        if not (self.pending_t[0] or self.pending_t[1]):
+            return
         now = self.env.now
         times, ids = [], []
         for g in range(2):
@@ -86,7 +88,7 @@ class BlockArrivals:
                 continue
             t = np.concatenate(self.pending_t[g]) if len(self.pending_t[g]) > 1 else self.pending_t[g][0]
             i = np.concatenate(self.pending_i[g]) if len(self.pending_i[g]) > 1 else self.pending_i[g][0]
-            due = int(np.searchsorted(t, now, side="right"))
+            due = int(t.searchsorted(now, side="right"))
             if due == 0:
                 continue
             times.append(t[:due])

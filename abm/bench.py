@@ -1,0 +1,357 @@
+"""``abm bench``: the performance harness (figures recorded in benchmarks/RESULTS.md).
+
+Speed is reported as ratios against a reference measured beside it in the same process and run:
+the event-driven engine against ``benchmarks/reference_eutopia.py`` (a vectorised numpy
+discrete-time Eutopia, O(N) work per step) at N = 6,000 / 60,000 / 600,000 applicants with the
+per-capita application rate held at the default (``arrivals.base_intercept`` and
+``base_slope`` scaled by N / 6,000), interleaved in chunks so both see the same machine load,
+plus a statistical agreement check of the two. Then: episode time as N doubles at a fixed
+total rate, peak memory at N = 10^6 (a child process, so earlier figures do not pollute it),
+1000 PERL episodes, gymnasium steps per second, the study speed-up on 2 workers, and batched
+policy inference per torch device. A figure whose module is absent is null ("not available").
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from abm.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "benchmarks" / "reference_eutopia.py"
+EUTOPIA = ROOT / "scenarios" / "eutopia.yaml"
+LENDING = ROOT / "scenarios" / "lending-credit.yaml"
+BASE_N = 6000  # the default population: per-capita rates are those of 2 x 3,000 applicants
+ADULT_SIZES = (32_650, 16_192)  # men / women in UCI Adult: larger groups resample
+# N -> (episodes timed per implementation, chunks they are interleaved in)
+ENGINE_VS_REFERENCE = {6_000: (60, 3), 60_000: (16, 2), 600_000: (4, 2)}
+QUICK = {6_000: (20, 2)}
+SCALING_N = (125_000, 250_000, 500_000, 1_000_000)
+Z_AGREE = 4.0  # |Welch z| below this on every compared series: the two implementations agree
+
+
+def load_reference():
+    """The reference module, loaded from the source checkout's benchmarks/ folder."""
+    if not REFERENCE.is_file():
+        raise UserError(f"{REFERENCE}: not found (abm bench needs the source checkout)")
+    spec = importlib.util.spec_from_file_location("reference_eutopia", REFERENCE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def eutopia_scenario(n: int, *, per_capita: bool = True, extra: tuple[str, ...] = ()):
+    """Eutopia with n applicants (two equal groups); ``per_capita`` scales the group base
+    rate a + b*mu by n / 6,000 so every applicant applies as often as in the default file."""
+    from abm.config import load_scenario, read_yaml
+
+    if not EUTOPIA.is_file():
+        raise UserError(f"{EUTOPIA}: not found (abm bench needs the source checkout)")
+    arr = read_yaml(EUTOPIA).get("arrivals", {})
+    scale = n / BASE_N if per_capita else 1.0
+    n_m, n_f = n // 2, n - n // 2
+    overrides = [f"population.n_male={n_m}", f"population.n_female={n_f}",
+                 f"population.sample_with_replacement={str(n_m > ADULT_SIZES[0] or n_f > ADULT_SIZES[1]).lower()}",
+                 f"arrivals.base_intercept={float(arr.get('base_intercept', 1.0)) * scale!r}",
+                 f"arrivals.base_slope={float(arr.get('base_slope', 0.02)) * scale!r}", *extra]
+    return load_scenario(EUTOPIA, overrides)
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _welch_z(a: np.ndarray, b: np.ndarray) -> float:
+    se = np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    return float((a.mean() - b.mean()) / se) if se > 0 else (0.0 if a.mean() == b.mean() else np.inf)
+
+
+def agreement(engine_rows: list[dict], engine_mu0, ref_rows: list[dict], ref_mu0) -> dict[str, Any]:
+    """Welch z of per-episode application counts and mean-wealth increments, per group."""
+    out: dict[str, Any] = {}
+    for g, name in enumerate(("M", "F")):
+        apps = [np.array([r[f"applications_{name}"] for r in rows], float) for rows in (engine_rows, ref_rows)]
+        out[f"z_applications_{name}"] = _welch_z(*apps)
+        growth = [np.diff(np.concatenate([[mu0[g]], [r[f"mean_wealth_{name}"] for r in rows]]))
+                  for rows, mu0 in ((engine_rows, engine_mu0), (ref_rows, ref_mu0))]
+        out[f"z_wealth_growth_{name}"] = _welch_z(*growth)
+        out[f"mean_wealth_{name}_engine"] = float(engine_rows[-1][f"mean_wealth_{name}"])
+        out[f"mean_wealth_{name}_reference"] = float(ref_rows[-1][f"mean_wealth_{name}"])
+    out["agree"] = bool(max(abs(v) for k, v in out.items() if k.startswith("z_")) < Z_AGREE)
+    return out
+
+
+def engine_vs_reference(n: int, episodes: int, chunks: int) -> dict[str, Any]:
+    """Both implementations on the same population and policy, timed in interleaved chunks."""
+    from abm.engine import Simulation
+
+    ref_mod = load_reference()
+    sc = eutopia_scenario(n)
+    t0 = time.perf_counter()
+    sim = Simulation(sc)
+    setup_engine = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ref = ref_mod.ReferenceEutopia(sc, population=(sim.world.population_frame, sim.world.approval))
+    setup_ref = time.perf_counter() - t0
+    wall = {"engine": 0.0, "reference": 0.0}
+    cpu = {"engine": 0.0, "reference": 0.0}
+    per_chunk = [episodes // chunks + (k < episodes % chunks) for k in range(chunks)]
+    for k in per_chunk:
+        for name, run in (("engine", sim.run), ("reference", ref.run)):
+            w0, c0 = _clocks()
+            run(k)
+            w1, c1 = _clocks()
+            wall[name] += w1 - w0
+            cpu[name] += c1 - c0
+    simulated = episodes * sc.episodes.horizon
+    result = {
+        "n": n, "episodes": episodes,
+        "applications_per_episode": float(np.mean([r["applications_M"] + r["applications_F"] for r in sim.episode_rows])),
+        "engine_sim_time_per_s": simulated / wall["engine"],
+        "reference_sim_time_per_s": simulated / wall["reference"],
+        "ratio": wall["reference"] / wall["engine"],
+        "ratio_cpu": cpu["reference"] / cpu["engine"],
+        "engine_setup_s": setup_engine, "reference_setup_s": setup_ref,
+    }
+    result.update(agreement(sim.episode_rows, sim.world.mu0, ref.rows, ref.mu0))
+    return result
+
+
+def scaling(ns=SCALING_N, episodes: int = 20) -> dict[str, Any]:
+    """Episode wall time at the default (fixed) total application rate as N doubles."""
+    from abm.engine import Simulation
+
+    per_episode = {}
+    for n in ns:
+        sim = Simulation(eutopia_scenario(n, per_capita=False))
+        t0 = time.perf_counter()
+        sim.run(episodes)
+        per_episode[n] = (time.perf_counter() - t0) / episodes
+        del sim
+        gc.collect()
+    times = [per_episode[n] for n in ns]
+    steps = np.log2(ns[-1] / ns[0])
+    return {
+        "doubling_time_ratio": float((times[-1] / times[0]) ** (1.0 / steps)),
+        "doubling_ratios": [t1 / t0 for t0, t1 in zip(times, times[1:])],
+        "episode_ms_by_n": {str(n): 1e3 * t for n, t in per_episode.items()},
+    }
+
+
+def memory_probe(n: int, episodes: int = 2) -> dict[str, Any]:
+    """Run in a child process: peak RSS after imports and after a run with n applicants."""
+    from abm.engine import Simulation
+    from policies.registry import build  # noqa: F401  (the policies a run imports)
+
+    sc = eutopia_scenario(n)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    sim = Simulation(sc)
+    sim.run(episodes)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    cols = sum(a.nbytes for a in sim.world.cols.values())
+    return {"peak_rss_bytes": peak, "import_rss_bytes": base, "column_bytes": cols,
+            "applicant_agents": len(sim._applicants)}
+
+
+def peak_memory(n: int = 1_000_000) -> dict[str, Any]:
+    code = f"import json; from abm.bench import memory_probe; print(json.dumps(memory_probe({n})))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"memory probe failed: {done.stderr.strip().splitlines()[-1:]}")
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"peak_memory_gb_1m": probe["peak_rss_bytes"] / 1e9, "import_memory_gb": probe["import_rss_bytes"] / 1e9,
+            "column_memory_gb_1m": probe["column_bytes"] / 1e9}
+
+
+def _available(module: str, attr: str | None = None) -> bool:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return False
+    return attr is None or hasattr(mod, attr)
+
+
+def perl_episodes(episodes: int = 1000) -> dict[str, Any] | None:
+    """Wall time of ``episodes`` Eutopia episodes (6,000 applicants) with the PERL lender."""
+    from policies.registry import POLICIES
+
+    if "perl" not in POLICIES or not _available(POLICIES["perl"].split(":")[0]):
+        return None
+    from abm.engine import Simulation
+
+    sim = Simulation(eutopia_scenario(BASE_N, extra=("policy.name=perl",)))
+    t0 = time.perf_counter()
+    sim.run(episodes)
+    wall = time.perf_counter() - t0
+    return {"perl_1000_episodes_s": wall * 1000 / episodes, "perl_episode_ms": 1e3 * wall / episodes}
+
+
+def gym_steps(steps: int = 20_000, seed: int = 0) -> dict[str, Any] | None:
+    """Gymnasium steps per second on lending-credit.yaml with a uniformly random policy."""
+    if not (LENDING.is_file() and _available("abm.gym", "make_env")):
+        return None
+    from abm.gym import make_env
+
+    env = make_env(LENDING)
+    env.action_space.seed(seed)
+    env.reset(seed=seed)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+    wall = time.perf_counter() - t0
+    env.close()
+    return {"gym_steps_per_s": steps / wall}
+
+
+def study_speedup() -> dict[str, Any] | None:
+    """The studies engineer's 1-vs-2-worker benchmark (``abm.study.study_speedup_benchmark``)."""
+    if not _available("abm.study", "study_speedup_benchmark"):
+        return None
+    from abm.study import study_speedup_benchmark
+
+    out = study_speedup_benchmark()
+    return {k: v for k, v in out.items() if isinstance(v, (int, float))}
+
+
+def policy_devices(batch: int = 6000, repeats: int = 200) -> dict[str, Any]:
+    """Batched forward pass of a lender-sized MLP (12 -> 16 -> 1) per torch device.
+
+    The project never needs a GPU: torch code runs on the CPU unless a caller asks for a
+    device. This only measures what a GPU would change, when one is present.
+    """
+    import torch
+
+    out: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        net = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(device)
+        x = torch.randn(batch, 12, device=device, generator=None)
+        with torch.no_grad():
+            net(x)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                net(x)
+            if device == "cuda":
+                torch.cuda.synchronize()
+        out[f"policy_batch_{device if device == 'cpu' else 'gpu'}_us"] = 1e6 * (time.perf_counter() - t0) / repeats
+    out.setdefault("policy_batch_gpu_us", None)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--short=12", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip(),
+        "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": platform.python_version(), "numpy": np.__version__,
+        "commit": commit, "commit_dirty": bool(dirty) if dirty is not None else None,
+        "load_average_start": os.getloadavg()[0],
+    }
+
+
+KEYS = ("engine_over_reference_6k", "engine_over_reference_60k", "engine_over_reference_600k",
+        "doubling_time_ratio", "peak_memory_gb_1m", "perl_1000_episodes_s", "gym_steps_per_s",
+        "study_speedup_2_workers")
+
+
+def run_bench(quick: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Measure every figure; return one flat dict (null where a figure was not measured)."""
+    result: dict[str, Any] = {k: None for k in KEYS}
+    result.update(machine())
+    result["mode"] = "quick" if quick else "full"
+    started = time.perf_counter()
+    for n, (episodes, chunks) in (QUICK if quick else ENGINE_VS_REFERENCE).items():
+        tag = f"{n // 1000}k"
+        log(f"engine vs reference, N = {n:,}: {episodes} episodes each ...")
+        r = engine_vs_reference(n, episodes, chunks)
+        result[f"engine_over_reference_{tag}"] = r.pop("ratio")
+        result.update({f"{k}_{tag}": v for k, v in r.items() if k not in ("n", "episodes")})
+    if not quick:
+        steps: list[tuple[str, Callable[[], dict[str, Any] | None]]] = [
+            ("scaling at a fixed total rate", scaling), ("peak memory, N = 10^6", peak_memory),
+            ("1000 PERL episodes", perl_episodes), ("gym adapter steps", gym_steps),
+            ("study speed-up on 2 workers", study_speedup), ("policy inference per device", policy_devices)]
+        for label, step in steps:
+            log(f"{label} ...")
+            out = step()
+            if out is None:
+                log(f"  {label}: not available yet (its module or scenario is missing)")
+            else:
+                result.update(out)
+    result["load_average_end"] = os.getloadavg()[0]
+    result["bench_wall_s"] = time.perf_counter() - started
+    return result
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """The headline figures, one per line; absent ones say 'not available yet'."""
+    quick = result.get("mode") == "quick"
+    lines = []
+    for key in KEYS:
+        value = result.get(key)
+        if value is None:
+            text = "skipped (--quick)" if quick and key != "engine_over_reference_6k" else "not available yet"
+        else:
+            text = f"{value:,.3f}" if isinstance(value, float) else str(value)
+        lines.append(f"{key:<28} {text}")
+    for tag in ("6k", "60k", "600k"):
+        if f"agree_{tag}" in result:
+            lines.append(f"{'agreement_' + tag:<28} {'yes' if result[f'agree_{tag}'] else 'NO'} "
+                         f"(max |z| {max(abs(v) for k, v in result.items() if k.startswith('z_') and k.endswith(tag)):.2f})")
+    lines.append(f"{'commit':<28} {result['commit']}{' (dirty)' if result.get('commit_dirty') else ''}")
+    lines.append(f"{'load average start/end':<28} {result['load_average_start']:.2f} / {result['load_average_end']:.2f}")
+    return lines
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: numpy scalars as Python values, non-finite floats as null."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def main(quick: bool = False, json_path: Path | None = None) -> dict[str, Any]:
+    result = run_bench(quick=quick, log=lambda m: print(m, file=sys.stderr, flush=True))
+    for line in report_lines(result):
+        print(line)
+    if json_path is not None:
+        json_path = Path(json_path)
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = json_path.with_name(f".tmp-{json_path.name}")
+            tmp.write_text(json.dumps(_plain(result), indent=2, allow_nan=False))
+            tmp.replace(json_path)
+        except OSError as exc:
+            raise UserError(f"--json {json_path}: cannot write ({exc.strerror})") from None
+        print(f"json: {json_path}")
+    return result
