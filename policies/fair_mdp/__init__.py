@@ -1,1 +1,47 @@
-"""Fair sequential lending decisions on a known MDP (seed 001): pure maths, no engine."""
+"""Fair sequential lending decisions on a known MDP (seed 001): the pure-maths core.
+
+No simulation engine is involved; numpy + scipy only.  Model and definitions: docs/fair_mdp.md.
+
+Model (`mdp`)
+    LoanMDPParams(...)                      frozen, validated parameters (seed defaults)
+    build_loan_mdp(params) -> LoanMDP       enumerated states, sparse P[a], R, rho, D
+    bank_reward(alpha, beta, params)        E[profit] - lambda Var_Beta[E[profit | p]]
+Evaluation (`evaluate`)                     policies are pi[s] = P(accept | s) or pi[s, a]
+    evaluate_policy(mdp, pi) -> PolicyEvaluation(reward, discounted_return, offer_rate,
+                                qualified_offer_rate, occupancy; dp_gap, eo_gap,
+                                constraint_value(constraint))
+    occupancy_measure(mdp, pi), state_occupancy(mdp, pi), value_function(mdp, pi)
+    Constraint.DEMOGRAPHIC_PARITY / EQUAL_OPPORTUNITY, LayeredEvaluator(mdp)
+Algorithm 1 (`lp`)
+    solve_fair_lp(mdp, constraint, epsilon) -> LPSolution(policy, occupancy, objective)
+Algorithm 2 (`cce`)
+    constrained_cross_entropy(evaluate, dim, CCEConfig(...), rng) -> CCEResult
+    ExactEvaluator(mdp, constraint, loan_features(mdp)) : theta -> (reward, constraint value)
+    sigmoid_policy(features, theta)
+Baselines (`baselines`)
+    unconstrained_optimum(mdp), race_blind_policy(mdp),
+    optimistic_policy(mdp, constraint, epsilon) -> LPSolution,
+    conservative_policy(mdp, constraint, epsilon, per_group=False) -> ConservativeSolution
+Unknown transitions (`etc`)
+    explore_then_commit(mdp, constraint, epsilon, n_explore, n_episodes, rng) -> ETCResult
+Figure 1 table: python -m policies.fair_mdp.figure1 [--gamma 0.8]
+"""
+from .baselines import (conservative_policy, optimistic_policy, race_blind_policy,
+                        unconstrained_optimum)
+from .cce import (CCEConfig, CCEResult, ExactEvaluator, constrained_cross_entropy,
+                  loan_features, sigmoid_policy)
+from .etc import ETCResult, explore_then_commit
+from .evaluate import (Constraint, LayeredEvaluator, PolicyEvaluation, evaluate_policy,
+                       occupancy_measure, state_occupancy, value_function)
+from .lp import LPSolution, solve_fair_lp
+from .mdp import (MAJORITY, MINORITY, Action, LoanMDP, LoanMDPParams, bank_reward,
+                  build_loan_mdp)
+
+__all__ = [
+    "Action", "CCEConfig", "CCEResult", "Constraint", "ETCResult", "ExactEvaluator",
+    "LPSolution", "LayeredEvaluator", "LoanMDP", "LoanMDPParams", "MAJORITY", "MINORITY",
+    "PolicyEvaluation", "bank_reward", "build_loan_mdp", "conservative_policy",
+    "constrained_cross_entropy", "evaluate_policy", "explore_then_commit", "loan_features",
+    "occupancy_measure", "optimistic_policy", "race_blind_policy", "sigmoid_policy",
+    "solve_fair_lp", "state_occupancy", "unconstrained_optimum", "value_function",
+]

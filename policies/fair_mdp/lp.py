@@ -48,17 +48,15 @@ def gap_row(mdp: LoanMDP, constraint: Constraint, states: np.ndarray | None = No
             per_state_scale: np.ndarray | None = None) -> np.ndarray:
     """Coefficients c with c . x = rho_maj - rho_min (restricted to `states` if given)."""
     row = np.zeros(2 * mdp.n_states)
-    for sign, mask in zip((-1.0, 1.0), subpopulation_masks(mdp, constraint)):
-        if states is not None:
-            mask = mask & states
-        mass = mdp.initial_distribution[subpopulation_masks(mdp, constraint)[int(sign > 0)]].sum()
+    for sign, population in zip((-1.0, 1.0), subpopulation_masks(mdp, constraint)):
+        mass = mdp.initial_distribution[population].sum()
         if mass <= 0.0:
             raise ValueError(f"constraint {Constraint(constraint).value!r} compares an empty "
                              f"sub-population (zero initial mass)")
+        mask = population if states is None else population & states
+        scale = 1.0 if per_state_scale is None else per_state_scale
         for a in (Action.REJECT, Action.ACCEPT):
-            coef = sign * mdp.individual_reward[:, a] * mask / mass
-            if per_state_scale is not None:
-                coef = coef * per_state_scale
+            coef = sign * mdp.individual_reward[:, a] * mask * scale / mass
             row[a * mdp.n_states:(a + 1) * mdp.n_states] += coef
     return row
 
