@@ -178,6 +178,9 @@ def render_report(folder: str | Path) -> Path:
         bad = status[status["status"] != "ok"]
         lines += ["## Runs not finished", "", to_markdown(bad[["run_id", "status", "config", "error"]].fillna("")), ""]
     (out / "comparison.md").write_text("\n".join(lines))
+    from policies.deep.tables import write_seed_tables  # seed 002's table form, when runs carry recalls
+
+    write_seed_tables(folder, out)
     _plots(summary, metrics, out)
     return out
 

@@ -31,6 +31,8 @@ uses the rollout collected under phi_{k-1}, omega_{k-1}).
 
 from __future__ import annotations
 
+import copy
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal
 
@@ -212,12 +214,13 @@ class Bisimulator:
         log_sd = out[:, k:].clamp(-5.0, 2.0)
         return mean, log_sd
 
-    def fit_dynamics(self, data, epochs: int = 3, batch: int = 64) -> None:
+    def fit_dynamics(self, data, epochs: int = 5, batch: int = 64, rng: np.random.Generator | None = None) -> None:
         """Maximum likelihood of the decided applicants' next observations (L10)."""
         target = torch.as_tensor(data["next_obs"][:, self.keep])
         n = len(target)
+        rng = self.rng if rng is None else rng
         for _ in range(epochs):
-            order = self.rng.permutation(n)
+            order = rng.permutation(n)
             for s in range(0, n, batch):
                 k = order[s:s + batch]
                 sub = {key: data[key][k] for key in ("obs", "action", "group")}
@@ -238,21 +241,43 @@ class Bisimulator:
             w2 = ((mean[i] - mean[j]) ** 2).sum(1) + ((sd[i] - sd[j]) ** 2).sum(1)
         return float(self.gamma * w2.sqrt().mean())
 
-    def dynamics_phase(self, collect: Callable[[np.ndarray], dict], spec: OmegaSpec) -> np.ndarray:
-        """N One-Plus-One iterations over omega (L8-13); returns the recommended omega."""
+    def dynamics_phase(self, collect: Callable[[np.ndarray, int], dict], spec: OmegaSpec,
+                       fit_epochs: int = 15) -> np.ndarray:
+        """N One-Plus-One iterations over omega (L8-13); returns the best omega seen.
+
+        ``collect(omega, seed)`` returns a dataset of the current policy under ``omega``. All
+        candidates share one rollout seed, one warm start of T_psi (fitted on a dataset of
+        another seed, so no candidate is favoured) and one minibatch order: their J_dyn differ
+        by omega, not by sampling or fitting noise.
+        """
         import nevergrad as ng
 
-        start = spec.init if self.omega is None else self.omega
-        param = ng.p.Array(init=np.clip(start, spec.low, spec.high)).set_bounds(spec.low, spec.high)
+        start = np.clip(spec.init if self.omega is None else self.omega, spec.low, spec.high)
+        seed = int(self.rng.integers(2**31 - 1))
+        self.fit_dynamics(collect(start, seed + 1), epochs=fit_epochs)
+        with warnings.catch_warnings():  # nevergrad warns about its default sigma, replaced just below
+            warnings.simplefilter("ignore")
+            param = ng.p.Array(init=start).set_bounds(spec.low, spec.high)
         param.set_mutation(sigma=float(np.min(spec.high - spec.low)) / 6.0)  # 3 sigma inside the box
         param.random_state = np.random.RandomState(int(self.rng.integers(2**31 - 1)))
         opt = ng.optimizers.OnePlusOne(parametrization=param, budget=self.p.dynamics_iterations)
+        # every candidate's T_psi starts from the same warm-started weights, so J_dyn compares
+        # omegas rather than how long the model has been training
+        snapshot = copy.deepcopy(self.dyn_net.state_dict())
+        best, best_loss = start, np.inf
         for _ in range(self.p.dynamics_iterations):
             cand = opt.ask()
-            data = collect(np.asarray(cand.value, dtype=float))
-            self.fit_dynamics(data)
-            opt.tell(cand, self.j_dyn(data))
-        self.omega = np.asarray(opt.provide_recommendation().value, dtype=float)
+            omega = np.asarray(cand.value, dtype=float)
+            data = collect(omega, seed)
+            self.dyn_net.load_state_dict(snapshot)
+            self.dyn_opt = torch.optim.Adam(self.dyn_net.parameters(), lr=self.p.dynamics_lr)
+            self.fit_dynamics(data, epochs=fit_epochs, rng=np.random.default_rng(seed))
+            loss = self.j_dyn(data)
+            opt.tell(cand, loss)
+            if loss < best_loss:
+                best, best_loss = omega, loss
+        self.omega = best
+        self.last_j_dyn = float(best_loss)
         return self.omega
 
 
@@ -341,8 +366,7 @@ class BisimLender:
             self.bisim.reward_iteration(data, pairs)
         row = {"iteration": k, "j_rew_before": before, "j_rew_after": self.bisim.j_rew(data, pairs)}
         if p.variant == "full" and k % p.dynamics_every == 0:
-            seed = int(self.bisim.rng.integers(2**31 - 1))
-            omega = self.bisim.dynamics_phase(lambda om: self.collect(om, p.dynamics_rollout, seed), self.spec)
+            omega = self.bisim.dynamics_phase(lambda om, seed: self.collect(om, p.dynamics_rollout, seed), self.spec)
             self.spec.apply(self.raw_env.sim.world, omega)  # live, for the rest of this episode
             self.raw_env.scenario = with_omega(self.raw_env.scenario, self.spec, omega)  # and later ones
             row["omega"] = omega.tolist()
