@@ -378,6 +378,8 @@ class World:
             "group": pd.Categorical.from_codes(c["group"], categories=self.group_names),
             "test_score": c["score"], "final_observed_score": c["observed_score"],
             "initial_budget": c["initial_budget"], "final_budget": c["budget"], "cost_paid": c["cost_paid"],
+            # the engine's "wealth" seam (events' wealth_after, `abm inspect`) is the budget here
+            "initial_wealth": c["initial_budget"], "final_wealth": c["budget"],
             "manipulations": c["manipulations"], "applications": c["applications"], "admitted": c["admitted"],
         })
 
