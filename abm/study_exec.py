@@ -140,13 +140,12 @@ def local_client(n_workers: int, scratch: Path):
     from distributed import Client, LocalCluster
 
     scratch.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           local_directory=str(scratch), silence_logs=logging.ERROR, scheduler_port=0)
     try:
-        with Client(cluster) as client:
+        with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                          local_directory=str(scratch), silence_logs=logging.ERROR, scheduler_port=0) as cluster, \
+                Client(cluster) as client:
             yield client
     finally:
-        cluster.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -239,6 +238,8 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
         raise UserError(f"{folder}: cannot create the study folder ({exc.strerror})") from None
     if workers is not None and workers < 0:
         raise UserError(f"--workers: must be >= 0 (0 = in this process, no Dask), got {workers}")
+    if scheduler and workers is not None:
+        raise UserError("--workers sizes the local cluster; with --scheduler the cluster's own workers run the study")
     outcome = StudyOutcome(folder=folder, total=len(study.runs))
     with _locked(folder):
         _clean_leftovers(folder)
