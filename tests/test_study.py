@@ -279,7 +279,7 @@ def test_killed_study_resumes_with_exactly_the_expected_runs(tmp_path):
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            complete = [d.name for d in runs.glob("*") if (d / "summary.json").exists()] if runs.exists() else []
+            complete = [d.name for d in runs.glob("[!.]*") if (d / "summary.json").exists()] if runs.exists() else []
             if len(complete) >= 2:
                 break
             time.sleep(0.02)
@@ -306,3 +306,17 @@ def test_killed_study_resumes_with_exactly_the_expected_runs(tmp_path):
     assert len(table) == 8 * 5 and not table.duplicated(["run_id", "episode"]).any()
     assert set(table["run_id"]) == expected
     assert set(pd.read_csv(out / "runs.csv")["status"]) == {"ok"}
+
+
+@pytest.mark.slow
+def test_smoke_study_end_to_end_with_the_default_local_cluster(cli, tmp_path):
+    out = tmp_path / "smoke"
+    first = cli("study", str(SMOKE), "--out", str(out), "--report", timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "8 runs: 8 succeeded, 0 skipped, 0 failed" in first.stdout and "dask local cluster" in first.stdout
+    assert (out / "report" / "comparison.md").is_file() and (out / "report" / "wealth_gap.png").is_file()
+    assert not (out / ".dask-scratch").exists()
+    summary = pd.read_parquet(out / "summary.parquet")
+    assert len(summary) == 4 * 8 and (summary["count"] == 2).all()
+    again = cli("study", str(SMOKE), "--out", str(out), timeout=600)
+    assert again.returncode == 0 and "0 succeeded, 8 skipped, 0 failed" in again.stdout
