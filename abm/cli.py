@@ -117,8 +117,10 @@ def inspect(run_dir: Path = typer.Argument(..., help="A run folder."),
 
 @app.command()
 def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/studies/*.yaml)."),
-          scheduler: Optional[str] = typer.Option(None, help="Existing Dask scheduler tcp://HOST:PORT (default: a local cluster)."),
-          workers: Optional[int] = typer.Option(None, help="Local cluster size (default: one per core; 0: in this process, no Dask)."),
+          scheduler: Optional[str] = typer.Option(None, help="Existing Dask scheduler tcp://HOST:PORT "
+                                                  "(default: a local cluster)."),
+          workers: Optional[int] = typer.Option(None, help="Local cluster size (default: one per core; "
+                                                "0: in this process, no Dask)."),
           out: Optional[Path] = typer.Option(None, help="Study folder (default: outputs/studies/<name>)."),
           retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun runs that failed before."),
           set_: List[str] = typer.Option([], "--set", help="Override a study-file field dotted.path=value."),

@@ -146,8 +146,10 @@ class Block(Section):
 class StudyHeader(Section):
     name: str = Field(..., min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
                       description="Study name: the default output folder outputs/studies/<name>.")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Study seed: every run's seed is derived from it and the run's id.")
-    episodes: int | None = Field(None, ge=1, le=1_000_000, description="Episodes per run (sets episodes.count of every run).")
+    seed: int = Field(0, ge=0, le=MAX_SEED,
+                      description="Study seed: every run's seed is derived from it and the run's id.")
+    episodes: int | None = Field(None, ge=1, le=1_000_000,
+                                 description="Episodes per run (sets episodes.count of every run).")
     seeds: int | list[int] = Field(1, description="Replicates per configuration: a count, or a list of replicate keys.")
     description: str = Field("", max_length=2000, description="Free text: what the study is for.")
 
@@ -175,7 +177,8 @@ class StudyGroup(Block):
 
 class StudyFile(Block):
     study: StudyHeader = Field(..., description="Name, study seed, episodes and replicates.")
-    base: str | dict[str, Any] = Field(..., description="Base scenario: a path relative to the study file, or an inline mapping.")
+    base: str | dict[str, Any] = Field(..., description=(
+        "Base scenario: a path relative to the study file, or an inline mapping."))
     groups: dict[str, StudyGroup] = Field(default_factory=dict, description=(
         "Optional named groups; each merges its overrides/grid over the study's and replaces policies/objectives."))
 

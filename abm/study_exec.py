@@ -156,7 +156,8 @@ def remote_client(address: str, timeout_s: float = 20.0):
     try:
         client = Client(address, timeout=timeout_s)
     except (OSError, TimeoutError, ValueError) as exc:
-        raise UserError(f"--scheduler {address}: cannot connect ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
+        reason = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        raise UserError(f"--scheduler {address}: cannot connect ({reason})") from None
     try:
         yield client
     finally:
