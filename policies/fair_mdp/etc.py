@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .evaluate import Constraint, evaluate_policy, state_occupancy
+from .evaluate import Constraint, accept_probability, evaluate_policy, state_occupancy
 from .lp import solve_fair_lp
 from .mdp import Action, LoanMDP
 
@@ -39,6 +39,7 @@ def simulate_transitions(mdp: LoanMDP, policy: np.ndarray, n_episodes: int,
     """Counts n[a][s, s'] of observed transitions in `n_episodes` episodes of `policy`."""
     if n_episodes < 0:
         raise ValueError(f"n_episodes must be >= 0, got {n_episodes!r}")
+    policy = accept_probability(mdp, policy)
     horizon = int(mdp.depth.max())
     matrices = [mdp.transition[a].tocsr() for a in (Action.REJECT, Action.ACCEPT)]
     keys = [_successor_keys(m) for m in matrices]
