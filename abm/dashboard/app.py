@@ -1,0 +1,321 @@
+"""The dashboard web app (Solara): a run folder or a study folder, read on the server.
+
+``abm dashboard DIR`` serves this module; the folder comes in ``ABM_DASHBOARD_TARGET``. Every
+table and trace is computed by ``abm.dashboard.data`` on the server and only the visible part
+(one page of applicants, one applicant's events, PNG figures) reaches the browser. A folder
+that cannot be read gives an error page, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import solara
+import solara.lab
+
+from abm.dashboard import data, figures
+from abm.errors import UserError
+
+TARGET_ENV = "ABM_DASHBOARD_TARGET"
+PAGE_SIZE = 20
+MAX_TIMELINE_ROWS = 5000  # one applicant's events; beyond this the table says how many were left out
+
+
+def _stamp(path: Path) -> tuple:
+    """Modification times of the files that define a folder's content (cache key)."""
+    names = ("summary.json", "manifest.json", "summary.parquet", "episodes.parquet", "agents.parquet")
+    return tuple((path / n).stat().st_mtime_ns if (path / n).is_file() else 0 for n in names)
+
+
+@functools.lru_cache(maxsize=16)
+def _open_cached(path: str, stamp: tuple):
+    del stamp  # part of the cache key only: a rewritten folder is read again
+    return data.open_folder(path)
+
+
+def _key(path: str | Path) -> tuple[str, tuple]:
+    path = Path(path)
+    return str(path.resolve()), _stamp(path) if path.is_dir() else ()
+
+
+def open_target(path: str | Path):
+    return _open_cached(*_key(path))
+
+
+# Figures are PNGs drawn once per folder version and panel: a reload or a second viewer of the
+# same run costs nothing.
+@functools.lru_cache(maxsize=256)
+def _metric_png(folder: str, stamp: tuple, title: str, columns: tuple[str, ...]) -> bytes:
+    return figures.png(figures.run_metric(_open_cached(folder, stamp).episodes, title, list(columns)))
+
+
+@functools.lru_cache(maxsize=256)
+def _band_png(folder: str, stamp: tuple, metric: str, title: str) -> bytes:
+    study = _open_cached(folder, stamp)
+    return figures.png(figures.study_bands(data.study_bands(study.summary, metric), title))
+
+
+def _try(fn, *args):
+    """(value, None) or (None, the UserError's message): user errors become page text."""
+    try:
+        return fn(*args), None
+    except UserError as exc:
+        return None, str(exc)
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return "" if np.isnan(value) else f"{float(value):.{digits}f}"
+    return str(value)
+
+
+def timeline_rows(events: pd.DataFrame) -> list[list[str]]:
+    """The timeline table's cells: time, episode, event, amount, wealth after, decision prob."""
+    return [[f"{r.time:.4f}", str(int(r.episode)), str(r.kind), _fmt(r.amount), _fmt(r.wealth_after),
+             _fmt(r.decision_prob)] for r in events.itertuples(index=False)]
+
+
+def _html_table(header: list[str], rows: list[list[str]], css_class: str) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f'<table class="{css_class} abm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+
+
+CSS = """
+.abm-table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
+.abm-table th, .abm-table td { padding: 2px 10px; border-bottom: 1px solid #ddd; text-align: right; }
+.abm-table th { background: #f3f3f3; }
+"""
+
+
+@solara.component
+def ErrorPage(message: str):
+    solara.Title("abm dashboard: cannot open")
+    with solara.Column(style={"padding": "24px"}):
+        solara.Markdown("## abm dashboard: cannot open this folder")
+        solara.Error(message, classes=["abm-error"])
+        solara.Markdown("Give a run folder (from `abm run`: `summary.json`, `episodes.parquet`, `agents.parquet`, "
+                        "`events.parquet`) or a study folder (from `abm study`: `manifest.json`, `summary.parquet`).")
+
+
+@solara.component
+def Page():
+    solara.Style(CSS)
+    target = os.environ.get(TARGET_ENV)
+    if not target:
+        ErrorPage("no folder given: start the dashboard with `abm dashboard RUN_OR_STUDY_DIR`")
+        return
+    folder, error = _try(open_target, target)
+    if error:
+        ErrorPage(error)
+    elif isinstance(folder, data.Study):
+        solara.Title(f"abm dashboard: study {folder.name}")
+        StudyView(folder)
+    else:
+        solara.Title(f"abm dashboard: {folder.folder.name}")
+        RunView(folder)
+
+
+# -- a run --------------------------------------------------------------------------------
+@solara.component
+def RunView(run):
+    s = run.summary
+    hawkes, hawkes_error = _try(data.hawkes_parameters, run)
+    solara.Markdown(f"### Run `{run.folder.name}`\n"
+                    f"family **{s.get('family')}**, policy **{s.get('policy')}**, seed {s.get('seed')}, "
+                    f"{len(run.episodes):,} episodes, {s.get('events', 0):,} events, {len(run.agents):,} applicants")
+    with solara.lab.Tabs(lazy=True):
+        with solara.lab.Tab("Group metrics"):
+            MetricsView(run)
+        with solara.lab.Tab("Applicants"):
+            ApplicantsView(run)
+        if hawkes is not None or hawkes_error:
+            with solara.lab.Tab("Hawkes intensity"):
+                if hawkes_error:
+                    solara.Error(hawkes_error)
+                else:
+                    IntensityView(run)
+
+
+@solara.component
+def MetricsView(run):
+    panels = data.metric_panels(run.episodes.columns)
+    if not panels or run.episodes.empty:
+        solara.Info("this run recorded no group metrics")
+        return
+    key = _key(run.folder)
+    with solara.GridFixed(columns=2):
+        for title, cols in panels:
+            solara.Image(_metric_png(*key, title, tuple(cols)))
+
+
+@solara.component
+def ApplicantsView(run):
+    query = solara.use_reactive("")
+    sort_by = solara.use_reactive("agent_id")
+    descending = solara.use_reactive(False)
+    page = solara.use_reactive(0)
+    selected = solara.use_reactive(None)
+    rows, total = data.applicant_page(run.agents, query.value, sort_by.value, descending.value, page.value,
+                                      PAGE_SIZE)
+    last_page = max(0, (total - 1) // PAGE_SIZE)
+    shown_page = min(page.value, last_page)
+
+    def search(text: str) -> None:
+        query.set(text)
+        page.set(0)
+
+    def sort(col: str) -> None:
+        if sort_by.value == col:
+            descending.set(not descending.value)
+        else:
+            sort_by.set(col)
+            descending.set(col not in ("agent_id", "group"))  # numbers: largest first
+        page.set(0)
+
+    with solara.Row(style={"align-items": "center"}):
+        solara.InputText("Search: applicant id or group name (Enter)", value=query.value, on_value=search,
+                         continuous_update=False, classes=["abm-search"])
+        solara.Text(f"{total:,} applicants match" if query.value.strip() else f"{total:,} applicants",
+                    classes=["abm-count"])
+    header = []
+    for col in rows.columns:
+        arrow = (" ↓" if descending.value else " ↑") if col == sort_by.value else ""
+        header.append(solara.v.Html(tag="th", children=[
+            solara.Button(col.replace("_", " ") + arrow, text=True, small=True, classes=[f"abm-sort-{col}"],
+                          on_click=functools.partial(sort, col))]))
+    header.append(solara.v.Html(tag="th", children=["timeline"]))
+    body = []
+    for r in rows.itertuples(index=False):
+        cells = [solara.v.Html(tag="td", children=[_fmt(v, 2)]) for v in r]
+        agent_id = int(r.agent_id)
+        cells.append(solara.v.Html(tag="td", children=[
+            solara.Button("open", small=True, outlined=True, classes=["abm-open", f"abm-open-{agent_id}"],
+                          on_click=functools.partial(selected.set, agent_id))]))
+        body.append(solara.v.Html(tag="tr", children=cells, attributes={"data-agent": str(agent_id)}))
+    solara.v.Html(tag="table", class_="abm-table abm-applicants", children=[
+        solara.v.Html(tag="thead", children=[solara.v.Html(tag="tr", children=header)]),
+        solara.v.Html(tag="tbody", children=body)])
+    with solara.Row(style={"align-items": "center"}):
+        solara.Button("previous", small=True, disabled=shown_page == 0, on_click=lambda: page.set(shown_page - 1))
+        solara.Text(f"page {shown_page + 1} of {last_page + 1}")
+        solara.Button("next", small=True, disabled=shown_page >= last_page, on_click=lambda: page.set(shown_page + 1))
+    if selected.value is not None:
+        TimelineView(run, selected.value)
+
+
+def _timeline(run, agent_id: int):
+    result = data.applicant_timeline(run, agent_id)
+    return result, figures.png(figures.timeline(result.wealth, result.events, agent_id))
+
+
+def _trace(run, first: int, last: int):
+    trace = data.intensity_trace(run, first, last)
+    return trace, figures.png(figures.intensity(trace, run.episodes.iloc[first:last + 1]))
+
+
+@solara.component
+def TimelineView(run, agent_id: int):
+    result, error = solara.use_memo(lambda: _try(_timeline, run, agent_id), [str(run.folder), agent_id])
+    if error:
+        solara.Error(error)
+        return
+    timeline, image = result
+    a, events = timeline.agent, timeline.events
+    solara.Markdown(f"#### Applicant {agent_id} (group {a['group']}): wealth {a['initial_wealth']:.2f} → "
+                    f"{a['final_wealth']:.2f}, {len(events)} events")
+    solara.Image(image)
+    shown = events.head(MAX_TIMELINE_ROWS)
+    header = ["time", "episode", "event", "amount", "wealth after", "decision prob"]
+    solara.HTML(tag="div", unsafe_innerHTML=_html_table(header, timeline_rows(shown), "abm-timeline"))
+    if len(events) > len(shown):
+        solara.Text(f"first {len(shown)} of {len(events)} events shown")
+
+
+@solara.component
+def IntensityView(run):
+    n = len(run.episodes)
+    width = solara.use_reactive(min(3, n))
+    first = solara.use_reactive(max(0, n - min(3, n)))
+    last = min(n - 1, first.value + width.value - 1)
+    result, error = solara.use_memo(lambda: _try(_trace, run, first.value, last),
+                                    [str(run.folder), first.value, last])
+    solara.Markdown(
+        "λ_g(t) = max(0, a + b·μ_g(t)) + α·Σ exp(−β(t − t_j)) over the group's approvals t_j "
+        "(or applications, per `arrivals.excite_on`), recomputed on the server from the events of the chosen "
+        "episodes: μ_g moves with each repayment, the excitation jumps by α at each approval. "
+        "The dots are `intensity_<g>` recorded in episodes.parquet at each episode end; the trace passes "
+        "through them. The episode-end series over the whole run is in *Group metrics*.")
+    with solara.Row():
+        solara.SliderInt("first episode", value=first, min=0, max=max(0, n - 1))
+        solara.SliderInt("episodes shown", value=width, min=1, max=max(1, min(data.MAX_TRACE_EPISODES, n)))
+    if error:
+        solara.Error(error)
+        return
+    trace, image = result
+    solara.Image(image)
+    solara.Text(f"episodes {first.value}..{last}: {len(trace):,} evaluation points")
+
+
+def _study_run(study, run_id: str):
+    if run_id not in study.run_ids:
+        raise UserError(f"{study.folder}: no finished run {run_id!r}")
+    return open_target(study.folder / "runs" / run_id)
+
+
+# -- a study ------------------------------------------------------------------------------
+@solara.component
+def StudyView(study):
+    summary = study.summary
+    total_runs = len(study.manifest.get("runs", []))
+    n_configs = summary["config_id"].nunique() if "config_id" in summary.columns else 0
+    solara.Markdown(f"### Study `{study.name}`\n{n_configs} configurations, {len(study.run_ids)} of {total_runs} "
+                    f"runs finished ({study.folder})")
+    if summary.empty:
+        solara.Warning("no finished runs yet: nothing to compare")
+        return
+    with solara.lab.Tabs(lazy=True):
+        with solara.lab.Tab("Configurations"):
+            ConfigurationsView(study)
+        with solara.lab.Tab("Runs"):
+            StudyRunsView(study)
+
+
+@solara.component
+def ConfigurationsView(study):
+    summary = study.summary
+    key = _key(study.folder)
+    panels = data.metric_panels(summary.columns, suffix="_mean")
+    metrics = [m for _, cols in panels for m in cols]
+    final = data.study_final_table(summary, metrics)
+    solara.Markdown("Final episode of each configuration: mean ± std over its seeded runs.")
+    solara.HTML(tag="div", unsafe_innerHTML=_html_table(list(final.columns), final.astype(str).values.tolist(),
+                                                        "abm-study-final"))
+    with solara.GridFixed(columns=2):
+        for title, cols in panels:
+            for metric in cols:
+                label = title if len(cols) == 1 else f"{title}, group {metric.rsplit('_', 1)[-1]}"
+                solara.Image(_band_png(*key, metric, label))
+
+
+@solara.component
+def StudyRunsView(study):
+    run_id = solara.use_reactive(study.run_ids[0] if study.run_ids else None)
+    if not study.run_ids:
+        solara.Warning("no finished runs")
+        return
+    solara.Select("run", values=study.run_ids, value=run_id)
+    run, error = _try(_study_run, study, run_id.value)
+    if error:
+        solara.Error(error)
+    else:
+        RunView(run).key(run_id.value)
