@@ -116,6 +116,25 @@ def inspect(run_dir: Path = typer.Argument(..., help="A run folder."),
 
 
 @app.command()
+def dashboard(folder: Optional[Path] = typer.Argument(None, help="A run folder or a study folder."),
+              live: Optional[Path] = typer.Option(None, "--live", help="A scenario file: simulate it in the page."),
+              port: int = typer.Option(8765, help="Port to listen on."),
+              host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+              policy: Optional[str] = typer.Option(None, help="--live: registered policy name."),
+              seed: Optional[int] = typer.Option(None, help="--live: root seed."),
+              set_: List[str] = typer.Option([], "--set", help="--live: override dotted.path=value.")) -> None:
+    """Browse a run or study in a local web app (metrics, applicants, timelines), or watch --live SCENARIO."""
+    from abm import dashboard as web
+
+    if (folder is None) == (live is None):
+        raise UserError("dashboard: give a run or study folder, or --live SCENARIO (one of them)")
+    if live is not None:
+        web.serve_live(live, port, host, policy=policy, seed=seed, overrides=list(set_))
+    else:
+        web.serve_folder(folder, port, host)
+
+
+@app.command()
 def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/studies/*.yaml)."),
           scheduler: Optional[str] = typer.Option(None, help="Existing Dask scheduler tcp://HOST:PORT "
                                                   "(default: a local cluster)."),
