@@ -79,9 +79,11 @@ class BlockArrivals:
 
     def collect(self) -> None:
         """Commit every pending arrival up to now, both groups merged in time order."""
-        if not (self.pending_t[0] or self.pending_t[1]):
-            return
         now = self.env.now
+        pt = self.pending_t
+        # most reviews find nothing due: blocks are appended in time order, so check the head
+        if not ((pt[0] and pt[0][0][0] <= now) or (pt[1] and pt[1][0][0] <= now)):
+            return
         times, ids = [], []
         for g in range(2):
             if not self.pending_t[g]:
