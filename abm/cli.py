@@ -77,6 +77,8 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
         set_: List[str] = typer.Option([], "--set", help="Override dotted.path=value (repeatable)."),
         out: Optional[Path] = typer.Option(None, help="Output root (default: the scenario's outputs.root)."),
         report: bool = typer.Option(False, "--report", help="Also render the report (PNG + tables)."),
+        load: Optional[Path] = typer.Option(None, "--load", help="Start the policy from a checkpoint (a .pt, its folder or a run folder)."),
+        save: Optional[Path] = typer.Option(None, "--save", help="Also copy the trained policy's checkpoint here (.pt or folder)."),
         quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
     """Simulate a scenario and write a run folder."""
     from abm.config import load_scenario
@@ -84,6 +86,10 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
     from abm.runner import run_to_folder
 
     sc = load_scenario(scenario, list(set_), policy=policy, episodes=episodes, seed=seed, objective=objective)
+    if load is not None:
+        from policies.torch_common import attach_checkpoint
+
+        sc = attach_checkpoint(sc, load)
     with episode_progress(sc.episodes.count, f"{sc.name} / {sc.policy.name}", quiet=quiet) as advance:
         folder, computed = run_to_folder(sc, out, on_episode=advance)
     from abm.report import print_run_summary, render_run
@@ -94,6 +100,10 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
     if report:
         written = render_run(folder)
         typer.echo(f"report: {written}")
+    if save is not None:
+        from policies.torch_common import export_checkpoint
+
+        typer.echo(f"checkpoint: {export_checkpoint(folder, save)}")
     typer.echo(f"run folder: {folder}")
 
 

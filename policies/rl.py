@@ -38,7 +38,10 @@ ADVANTAGE_CLIP = 5.0  # in units of the reward scale: one odd episode cannot tak
 
 class LenderParams(NoParams):
     hidden: int = Field(16, ge=1, le=1024, description="Hidden units of the correction network u_phi.")
-    learning_rate: float = Field(0.05, gt=0, le=10, description="Adam step size; one step per episode.")
+    learning_rate: float = Field(0.05, gt=0, le=10, description="Adam step size of the scoring head; one step per episode.")
+    net_learning_rate: float = Field(0.005, ge=0, le=10, description=(
+        "Adam step size of the correction network u_phi (smaller: its many weights follow the noisy "
+        "episode-level signal more slowly than the 3-parameter head)."))
     baseline_decay: float = Field(0.9, ge=0, lt=1, description=(
         "EMA decay of the reward baseline and scale: advantage = (R - baseline) / scale."))
     head_init: Literal["zero", "loanly"] = Field("zero", description=(
@@ -102,7 +105,9 @@ class RLLender(Policy):
         self.net = LenderNet(self.layout, params.hidden, approval.wealth_mean, approval.wealth_std, WEALTH_SCALE,
                              rng, theta0)
         self.world_standardisation = (approval.wealth_mean, approval.wealth_std)
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=params.learning_rate)
+        self.optimizer = torch.optim.Adam([
+            {"params": [self.net.theta], "lr": params.learning_rate},
+            {"params": [self.net.w1, self.net.b1, self.net.w2, self.net.b2], "lr": params.net_learning_rate}])
         self.baseline = RewardBaseline(params.baseline_decay)
         self.objective = objectives.parse(DEFAULT_OBJECTIVE)
         self.learning = params.learn
@@ -259,8 +264,8 @@ class RLLender(Policy):
             self.net.wealth_mean, self.net.wealth_std = float(config["wealth_mean"]), float(config["wealth_std"])
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise UserError(f"{where}: weights do not fit this network ({str(exc).splitlines()[0]})") from None
-        for group in self.optimizer.param_groups:  # this run's step size, not the checkpoint's
-            group["lr"] = self.params.learning_rate
+        head, correction = self.optimizer.param_groups  # this run's step sizes, not the checkpoint's
+        head["lr"], correction["lr"] = self.params.learning_rate, self.params.net_learning_rate
         self.net.rebase(*self.world_standardisation)
         self.loaded_from = str(file)
 

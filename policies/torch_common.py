@@ -67,34 +67,40 @@ class LenderNet(nn.Module):
         self._np = {k: getattr(self, k).detach().numpy() for k in ("theta", "w1", "b1", "w2", "b2")}
 
     # -- the function, in torch (training) and numpy (deciding) -----------------------------
-    def _parts(self, obs, lib):
-        """(head logits h, correction-net input) for observation rows; ``lib`` is torch or numpy."""
-        L = self.layout.index
-        th = self.theta if lib is torch else self._np["theta"]
+    def _parts(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(head logits h, correction-net input z) for observation rows, differentiable in theta."""
+        L, th = self.layout.index, self.theta
         x = (obs[:, L["wealth"]] * self.wealth_scale - self.wealth_mean) / self.wealth_std
         h = th[0] * obs[:, L["group"]] + th[1] * x + th[2]
         cols = []
         for f, j in L.items():
             if f == "approval_score":
-                cols.append(1.0 / (1.0 + lib.exp(-h)))
+                cols.append(torch.sigmoid(h))
             elif f in ("theta_g", "theta_x"):
                 t = th[0] if f == "theta_g" else th[1]
-                cols.append((t / (1.0 + abs(t))) * lib.ones_like(h))  # softsign: bounded input
+                cols.append((t / (1.0 + t.abs())) * torch.ones_like(h))  # softsign: a bounded input
             elif j in self.layout.intensity:
-                cols.append(lib.log1p(obs[:, j]))
+                cols.append(torch.log1p(obs[:, j]))  # intensities are ~1-20 applications per time unit
             else:
                 cols.append(obs[:, j])
-        return h, lib.stack(cols, 1) if lib is torch else np.stack(cols, 1)
+        return h, torch.stack(cols, 1)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits of the approval probability, differentiable in theta and phi."""
-        h, z = self._parts(obs, torch)
+        h, z = self._parts(obs)
         u = torch.tanh(z @ self.w1.T + self.b1) @ self.w2.T + self.b2
         return h + u[:, 0]
 
     def logits_numpy(self, obs: np.ndarray) -> np.ndarray:
-        h, z = self._parts(np.asarray(obs, dtype=np.float64), np)
-        p = self._np
+        """The same function as ``forward`` for deciding: column edits in place, no per-field loop."""
+        L, th, p = self.layout.index, self._np["theta"], self._np
+        z = np.array(obs, dtype=np.float64)
+        x = (z[:, L["wealth"]] * self.wealth_scale - self.wealth_mean) / self.wealth_std
+        h = th[0] * z[:, L["group"]] + th[1] * x + th[2]
+        z[:, L["approval_score"]] = 1.0 / (1.0 + np.exp(-h))
+        z[:, L["theta_g"]] = th[0] / (1.0 + abs(th[0]))
+        z[:, L["theta_x"]] = th[1] / (1.0 + abs(th[1]))
+        z[:, self.layout.intensity] = np.log1p(z[:, self.layout.intensity])
         u = np.tanh(z @ p["w1"].T + p["b1"]) @ p["w2"].T + p["b2"]
         return h + u[:, 0]
 
@@ -164,3 +170,48 @@ def read_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict]:
         if not isinstance(blob.get(key), dict):
             raise UserError(f"checkpoint {p}: {key} missing")
     return p, config, blob
+
+
+def attach_checkpoint(scenario, path: str | Path):
+    """``abm run --load``: the scenario with its policy starting from ``path`` (rl/perl: the file
+    and its SHA-256, so the run's identity follows the checkpoint's content; deep lenders: their
+    ``model_path`` folder)."""
+    from abm.config import scenario_to_dict, validate_scenario_dict
+    from policies import registry
+
+    fields = registry.get(scenario.policy.name).Params.model_fields
+    data = scenario_to_dict(scenario)
+    policy = dict(data["policy"])
+    if "load" in fields:
+        file = checkpoint_path(path).resolve()
+        policy.update(load=str(file), load_sha256=file_sha256(file))
+    elif "model_path" in fields:
+        folder = Path(path)
+        policy["model_path"] = str((folder / "policy" if (folder / "policy").is_dir() else folder).resolve())
+    else:
+        raise UserError(f"--load: policy {scenario.policy.name!r} does not load checkpoints "
+                        "(learning lenders such as rl, perl, ppo do)")
+    data["policy"] = policy
+    return validate_scenario_dict(data, "--load")
+
+
+def export_checkpoint(run_folder: str | Path, dest: str | Path) -> Path:
+    """``abm run --save``: copy the run folder's saved policy to ``dest`` (a .pt file for rl/perl,
+    otherwise a folder)."""
+    import shutil
+
+    src = Path(run_folder) / "policy"
+    if not src.is_dir():
+        raise UserError(f"--save: the run saved no policy (only learning lenders are saved): {run_folder}")
+    dest = Path(dest)
+    try:
+        if dest.suffix == ".pt":
+            if not (src / CHECKPOINT_FILE).is_file():
+                raise UserError(f"--save: {src} has no {CHECKPOINT_FILE}; give a folder instead of a .pt file")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / CHECKPOINT_FILE, dest)
+        else:
+            shutil.copytree(src, dest, dirs_exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--save: cannot write {dest} ({exc.strerror or exc})") from None
+    return dest

@@ -36,8 +36,11 @@ class ApplicationScore:
         w, c = self.world, self.world.cols
         sig = c["approval_score"][idx]
         k = w.pop.selection_strength * sig * (1.0 - sig)
-        return np.column_stack([k * c["group"][idx], k * (c["wealth"][idx] - w.approval.wealth_mean)
-                                / w.approval.wealth_std, k])
+        out = np.empty((len(idx), 3))
+        out[:, 0] = k * c["group"][idx]
+        out[:, 1] = k * (c["wealth"][idx] - w.approval.wealth_mean) / w.approval.wealth_std
+        out[:, 2] = k
+        return out
 
     def weights_changed(self, idx: np.ndarray) -> None:
         """Rows ``idx`` got new scores (call ``advance()`` before changing them)."""
@@ -47,13 +50,13 @@ class ApplicationScore:
             for g, (start, stop) in enumerate(w.group_slices):
                 self._mean_grad_w[g] = self._row_grad[start:stop].sum(axis=0) / w.sizes[g]
             return
-        idx = np.unique(idx)
+        if len(idx) > 1:
+            idx = np.unique(idx)  # a row repaid twice in one batch changes once
         new = self._grad_w(idx)
         delta = new - self._row_grad[idx]
         self._row_grad[idx] = new
         groups = w.cols["group"][idx]
-        for j in range(3):
-            self._mean_grad_w[:, j] += np.bincount(groups, weights=delta[:, j], minlength=2) / w.sizes
+        np.add.at(self._mean_grad_w, groups, delta / w.sizes[groups][:, None])
 
     def advance(self) -> None:
         """Integrate the compensator term from the last change up to now (state still unchanged)."""
