@@ -161,17 +161,15 @@ def constrained_cross_entropy(evaluate: Evaluate, dim: int, config: CCEConfig,
         rewards, values = scores[:, 0], scores[:, 1]
         for theta, reward, value in zip(thetas, rewards, values):
             consider(theta, reward, value)
-        elites = thetas[elite_indices(rewards, values, config.threshold, n_elite)]
+        chosen = elite_indices(rewards, values, config.threshold, n_elite)
+        elites = thetas[chosen]
         a = config.smoothing
         mean = a * elites.mean(axis=0) + (1.0 - a) * mean
         second = a * (elites ** 2).mean(axis=0) + (1.0 - a) * second
         reward_mean, value_mean = evaluate(mean)
         consider(mean, reward_mean, value_mean)
-        history["elite_reward"].append(rewards[elite_indices(rewards, values,
-                                                             config.threshold, n_elite)].mean())
-        history["elite_constraint"].append(values[elite_indices(rewards, values,
-                                                                config.threshold,
-                                                                n_elite)].mean())
+        history["elite_reward"].append(rewards[chosen].mean())
+        history["elite_constraint"].append(values[chosen].mean())
         history["feasible_fraction"].append(float(np.mean(values <= config.threshold)))
         history["max_std"].append(float(std.max()))
 
