@@ -175,12 +175,13 @@ def _progress(name: str, total: int, done: int, quiet: bool):
     if quiet or not sys.stderr.isatty():
         yield lambda result: None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), transient=False) as bar:
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=False) as bar:
         task = bar.add_task(f"study {name}", total=total, completed=done, failed=0)
         failed = 0
 

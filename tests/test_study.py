@@ -134,7 +134,7 @@ def test_bad_study_files_name_the_field(tmp_path, change, field):
     assert message.startswith(str(path)) and f"{field}" in message and "\n" not in message
 
 
-def test_cli_exit_2_for_bad_study_and_validate_accepts_study_files(cli, tmp_path):
+def test_cli_exit_2_for_bad_study_1_for_a_failed_run(cli, tmp_path):
     bad = write_study(tmp_path, tiny_doc(grid={"arrivals.decay": [0.0]}), "bad.yaml")
     for args in (("validate", str(SMOKE), str(bad)), ("study", str(bad), "--out", str(tmp_path / "x"))):
         done = cli(*args)
@@ -143,6 +143,13 @@ def test_cli_exit_2_for_bad_study_and_validate_accepts_study_files(cli, tmp_path
         assert done.stderr.strip().count("\n") == 0 and "arrivals.decay" in done.stderr
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "x").exists()
+    # a run that fails at run time: reported on stderr, the others finish, exit code 1
+    failing = write_study(tmp_path, tiny_doc(grid={"population.n_male": [200, 40000]},
+                                             policies=[{"name": "approve_all"}]), "failing.yaml")
+    done = cli("study", str(failing), "--workers", "0", "--out", str(tmp_path / "f"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.count("failed: approve_all-") == 1 and "sample_with_replacement" in done.stderr
+    assert "2 runs: 1 succeeded, 0 skipped, 1 failed" in done.stdout
 
 
 # --------------------------------------------------------------------------------------------
