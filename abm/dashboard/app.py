@@ -185,7 +185,8 @@ def ApplicantsView(run):
     with solara.Row(style={"align-items": "center"}):
         solara.InputText("Search: applicant id or group name (Enter)", value=query.value, on_value=search,
                          continuous_update=False, classes=["abm-search"])
-        solara.Text(f"{total:,} applicants match" if query.value.strip() else f"{total:,} applicants",
+        solara.Text((f"{total:,} applicant matches" if total == 1 else f"{total:,} applicants match")
+                    if query.value.strip() else f"{total:,} applicants",
                     classes=["abm-count"])
     header = []
     for col in rows.columns:

@@ -44,7 +44,8 @@ class LiveSimulation(Simulation):
 
 def episode_counter(model: LiveSimulation):
     sc = model.scenario
-    done = "finished" if not model.running else "running" if model.episode else "ready: press ▶ or Step"
+    left = sc.episodes.count - model.episode
+    done = "finished" if not model.running else f"{left} to go" if model.episode else "ready: press ▶ or Step"
     text = (f"**Episode {model.episode} of {sc.episodes.count}** ({done}); simulated time "
             f"{model.env.now:g}; {sc.name}, policy **{sc.policy.name}**, seed {sc.seed}")
     return solara.Div(children=[solara.Markdown(text)], classes=["abm-live-episode"])

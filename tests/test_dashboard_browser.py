@@ -1,0 +1,149 @@
+"""The dashboard in a real browser: headless Debian Chromium driven by Selenium.
+
+Starts ``abm dashboard RUN --port P`` on a small run, searches for an applicant, opens its
+timeline and checks that the events on the page are exactly that applicant's rows of
+events.parquet. A screenshot lands in ``outputs/dashboard-timeline.png``. Needs the system
+``chromium`` and ``chromedriver`` (``make install`` puts them there with apt); without them
+the test skips and says so. Selenium is given the driver's path, so it never downloads one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, SCENARIOS
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1400,1300")
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()),
+    reason="the browser test needs Debian's chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver); "
+           "`make install` installs them with apt-get where apt is available")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, server: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"dashboard exited with {server.returncode}: {server.stdout.read()}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"dashboard did not answer at {url} within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from abm.config import load_scenario
+    from abm.runner import run_to_folder
+
+    scenario = load_scenario(SCENARIOS / "eutopia.yaml", ["population.n_male=300", "population.n_female=300",
+                                                          "episodes.count=5", "arrivals.base_intercept=10.0"])
+    folder, _ = run_to_folder(scenario, tmp_path_factory.mktemp("browser"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dashboard(run_dir):
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "abm.cli", "dashboard", str(run_dir), "--port", str(port)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/", server)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pytest.importorskip("selenium", reason="selenium is installed by `make install` (setup.cfg)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="abm-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(120)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _expected_rows(events: pd.DataFrame) -> list[list[str]]:
+    """events.parquet rows as the page prints them: 4 decimals, NaN as an empty cell."""
+    def num(v) -> str:
+        return "" if pd.isna(v) else f"{v:.4f}"
+
+    return [[f"{r.time:.4f}", str(r.episode), str(r.kind), num(r.amount), num(r.wealth_after), num(r.decision_prob)]
+            for r in events.itertuples(index=False)]
+
+
+def test_search_open_timeline_and_compare_with_the_event_log(dashboard, browser, run_dir):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    agents = pd.read_parquet(run_dir / "agents.parquet")
+    agent_id = int(agents["approvals"].idxmax())  # the applicant with the longest history
+    wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+    browser.get(dashboard)
+    tab = wait.until(lambda d: [t for t in d.find_elements(By.CSS_SELECTOR, ".v-tab") if t.text.upper() == "APPLICANTS"]
+                     or None)[0]
+    assert len(browser.find_elements(By.TAG_NAME, "img")) >= 6  # the group-metric panels
+    tab.click()
+    search = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".abm-search input") or None)[0]
+    search.send_keys(str(agent_id))
+    time.sleep(0.3)  # let the field take the text before Enter commits it
+    search.send_keys(Keys.ENTER)
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, ".abm-count").text == "1 applicant matches")
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.abm-applicants tbody tr")
+    assert [r.get_attribute("data-agent") for r in rows] == [str(agent_id)]
+    browser.find_element(By.CSS_SELECTOR, f".abm-open-{agent_id}").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.abm-timeline tbody tr"))
+
+    shown = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+             for row in browser.find_elements(By.CSS_SELECTOR, "table.abm-timeline tbody tr")]
+    every = pd.read_parquet(run_dir / "events.parquet")
+    expected = _expected_rows(every[every["agent_id"] == agent_id])
+    assert len(expected) >= 3
+    assert shown == expected
+    out = ROOT / "outputs"
+    out.mkdir(exist_ok=True)
+    timeline = browser.find_element(By.CSS_SELECTOR, "table.abm-timeline")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'end'});", timeline)
+    assert browser.save_screenshot(str(out / "dashboard-timeline.png"))
+    assert (out / "dashboard-timeline.png").stat().st_size > 10_000
