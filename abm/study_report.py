@@ -181,6 +181,9 @@ def render_report(folder: str | Path) -> Path:
     from policies.deep.tables import write_seed_tables  # seed 002's table form, when runs carry recalls
 
     write_seed_tables(folder, out)
+    from abm.report_seed000 import write_seed000_report  # seed 000's Figure 3 / Tables 2-3 form
+
+    write_seed000_report(folder, out)
     _plots(summary, metrics, out)
     return out
 

@@ -1,0 +1,197 @@
+"""Seed 000's result forms from a finished study: Figure 3 and Tables 2-3 (mean ± std over seeds).
+
+Figure 3 compares lenders (oracle, one-step predictor, RL, PERL) per episode on the four macro
+metrics; Table 2 gives, for each learning agent and fairness perspective, the best reward function
+per metric; Table 3, for each agent and reward function, the best perspective per metric. A run
+contributes its final-episode values. "Best" means: smallest |wealth gap|, inequality ratio
+closest to 1 (parity), largest cumulative profit, largest social welfare. Social welfare is the
+mean over groups of the seed's R_g(t) = (mu_g(t) - mu_g(0)) / t (the episode rows'
+``social_welfare_<g>``). ``abm report`` calls ``write_seed000_report`` for every study.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from abm.errors import UserError
+
+FAMILY_ABBR = {"utilitarian": "UP", "social_welfare": "SW", "rawlsian": "RMM", "lagrangian": "FL"}
+METRICS = (  # column, header, how to pick the best
+    ("wealth_gap", "Wealth gap", "abs_min"),
+    ("inequality_ratio", "Inequality ratio", "near_one"),
+    ("cumulative_profit", "Cumulative profit", "max"),
+    ("social_welfare", "Social welfare", "max"),
+)
+FIGURE_POLICIES = ("oracle", "one_step", "rl", "perl")
+LEARNERS = ("rl", "perl")
+AGENT_NAMES = {"oracle": "Oracle", "one_step": "One-step", "rl": "RL", "perl": "PERL"}
+
+
+def with_social_welfare(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add ``social_welfare``: the mean over groups of ``social_welfare_<g>``; ``agent``: the bare policy name."""
+    groups = [c for c in frame.columns if c.startswith("social_welfare_")]
+    out = frame.copy()
+    out["social_welfare"] = out[groups].mean(axis=1) if groups else np.nan
+    out["agent"] = out["policy"].astype(str).str.split("(").str[0]
+    return out
+
+
+def final_rows(study: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last episode."""
+    last = study.groupby("run_id", sort=False)["episode"].transform("max")
+    return study[study["episode"] == last].reset_index(drop=True)
+
+
+def _pm(values: pd.Series) -> tuple[float, float, str]:
+    x = values.astype(float).dropna()
+    if x.empty:
+        return np.nan, np.nan, "n/a"
+    std = float(x.std(ddof=1)) if len(x) > 1 else np.nan
+    text = f"{x.mean():.4g} ± {std:.3g}" if np.isfinite(std) else f"{x.mean():.4g}"
+    return float(x.mean()), std, text
+
+
+def _badness(rule: str, mean: float) -> float:
+    if not np.isfinite(mean):
+        return np.inf
+    return {"abs_min": abs(mean), "near_one": abs(mean - 1.0), "max": -mean}[rule]
+
+
+def learner_cells(final: pd.DataFrame) -> pd.DataFrame:
+    """One row per (agent, perspective, family): mean, std and text of every metric, and n runs."""
+    from policies.objectives import parse
+
+    rows = final[final["agent"].isin(LEARNERS) & (final["objective"].astype(str) != "none")]
+    records = []
+    for (agent, objective), runs in rows.groupby(["agent", "objective"], sort=False):
+        obj = parse(str(objective))
+        perspective = f"two-sided({obj.alpha:g})" if obj.perspective == "two_sided" else \
+            {"outcome": "outcome", "dm": "DM"}[obj.perspective]
+        family = FAMILY_ABBR[obj.family] + (f"({obj.lam:g})" if obj.family == "lagrangian" else "")
+        rec = {"agent": AGENT_NAMES[agent], "perspective": perspective, "reward": family, "runs": len(runs)}
+        for col, _, _ in METRICS:
+            rec[f"{col}_mean"], rec[f"{col}_std"], rec[col] = _pm(runs[col])
+        records.append(rec)
+    return pd.DataFrame(records)
+
+
+def _best(cells: pd.DataFrame, by: list[str], choose: str) -> pd.DataFrame:
+    out = []
+    for key, block in cells.groupby(by, sort=False):
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for col, header, rule in METRICS:
+            scores = block[f"{col}_mean"].map(lambda m, r=rule: _badness(r, m))
+            if np.isinf(scores).all():
+                row[header] = "n/a"
+                continue
+            win = block.loc[scores.idxmin()]
+            row[header] = f"{win[choose]}: {win[col]}"
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def seed_tables(study: pd.DataFrame) -> str:
+    """Markdown for Tables 2 and 3 (and every configuration), or '' without learning runs."""
+    from abm.report import to_markdown
+
+    cells = learner_cells(final_rows(with_social_welfare(study)))
+    if cells.empty:
+        return ""
+    runs = int(cells["runs"].min()), int(cells["runs"].max())
+    episodes = int(study["episode"].max()) + 1
+    lines = ["# Seed 000 Tables 2-3 (RL and PERL)", "",
+             f"Final episode ({episodes} episodes) of each run; mean ± std over {runs[0]}-{runs[1]} seeded runs. "
+             "Best = smallest |wealth gap|, inequality ratio closest to 1, largest cumulative profit, "
+             "largest social welfare (mean over groups of (mu_g(t) - mu_g(0)) / t).", "",
+             "## Table 2: best reward function per metric", "",
+             to_markdown(_best(cells, ["agent", "perspective"], "reward")), "",
+             "## Table 3: best fairness perspective per reward function", "",
+             to_markdown(_best(cells, ["agent", "reward"], "perspective")), "",
+             "## Every configuration", "",
+             to_markdown(cells[["agent", "perspective", "reward", "runs", *[c for c, _, _ in METRICS]]]), ""]
+    return "\n".join(lines)
+
+
+def figure_table(study: pd.DataFrame, episodes: list[int] | None = None) -> pd.DataFrame:
+    """Figure 3's numbers: mean ± std over seeds of the four metrics at chosen episodes, per agent."""
+    frame = with_social_welfare(study)
+    frame = frame[frame["agent"].isin(FIGURE_POLICIES)]
+    last = int(frame["episode"].max())
+    episodes = episodes or sorted({0, (last + 1) // 10 - 1, (last + 1) // 2 - 1, last} - {-1})
+    rows = []
+    for (agent, config), runs in frame.groupby(["agent", "config"], sort=False):
+        for e in episodes:
+            at = runs[runs["episode"] == e]
+            rec = {"agent": AGENT_NAMES[agent], "configuration": config, "episode": e + 1, "runs": len(at)}
+            for col, header, _ in METRICS:
+                rec[header] = _pm(at[col])[2]
+            rows.append(rec)
+    return pd.DataFrame(rows)
+
+
+def plot_figure3(study: pd.DataFrame, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frame = with_social_welfare(study)
+    frame = frame[frame["agent"].isin(FIGURE_POLICIES)]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
+    for ax, (col, header, _) in zip(axes.ravel(), METRICS):
+        for (agent, config), runs in frame.groupby(["agent", "config"], sort=False):
+            stats = runs.groupby("episode")[col].agg(["mean", "std"])
+            x = stats.index.to_numpy() + 1
+            mean, std = stats["mean"].to_numpy(float), np.nan_to_num(stats["std"].to_numpy(float))
+            line, = ax.plot(x, mean, lw=1.3, label=AGENT_NAMES[agent])
+            ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+        if col == "inequality_ratio":  # early ratios of tiny growths are huge: show the bulk
+            lo, hi = np.nanpercentile(frame[col].astype(float), [2, 98])
+            ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+        ax.set_title(header)
+        ax.set_xlabel("episode")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle("Seed 000 Figure 3 form: mean ± std over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_seed000_report(folder: str | Path, out: str | Path) -> list[Path]:
+    """Write seed 000's forms beside a study report when the study has the runs they need."""
+    from abm.report import to_markdown
+
+    path = Path(folder) / "study.parquet"
+    if not path.is_file():
+        return []
+    study = pd.read_parquet(path)
+    if study.empty or "policy" not in study.columns or "wealth_gap" not in study.columns:
+        return []
+    out = Path(out)
+    written = []
+    text = seed_tables(study)
+    if text:
+        (out / "seed000_tables.md").write_text(text)
+        written.append(out / "seed000_tables.md")
+    agents = set(study["policy"].astype(str).str.split("(").str[0])
+    if len(agents & set(FIGURE_POLICIES)) >= 2 and agents & set(LEARNERS):
+        written.append(plot_figure3(study, out / "seed000_figure3.png"))
+        table = figure_table(study)
+        (out / "seed000_figure3.md").write_text("# Seed 000 Figure 3: numbers\n\nMean ± std over seeds at selected "
+                                                "episodes.\n\n" + to_markdown(table) + "\n")
+        written.append(out / "seed000_figure3.md")
+    return written
+
+
+def main(folder: str | Path) -> list[Path]:
+    """Render into ``folder/report`` (for use without the full study report)."""
+    out = Path(folder) / "report"
+    out.mkdir(exist_ok=True)
+    written = write_seed000_report(folder, out)
+    if not written:
+        raise UserError(f"{folder}: no seed-000 learning or Figure 3 runs in study.parquet")
+    return written
