@@ -31,13 +31,15 @@ def check_port(host: str, port: int) -> None:
 
 
 def serve_folder(folder: str | Path, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> None:
-    from abm.dashboard.app import TARGET_ENV
     from abm.dashboard.data import open_folder
 
     folder = Path(folder)
-    opened = open_folder(folder)  # a bad folder fails here, in one line
-    del opened
+    open_folder(folder)  # a bad folder fails here, in one line, before the web stack loads
     check_port(host, port)
+    _offline()
+    from abm.dashboard.app import TARGET_ENV, warm
+
+    warm(folder)
     _serve("abm.dashboard.app", {TARGET_ENV: str(folder.resolve())}, port, host)
 
 
@@ -46,19 +48,25 @@ def serve_live(scenario: str | Path, port: int = DEFAULT_PORT, host: str = "127.
     import json
 
     from abm.config import load_scenario
-    from abm.dashboard.live import OPTIONS_ENV, SCENARIO_ENV
 
     resolved = load_scenario(scenario, list(overrides), policy=policy, seed=seed)  # a bad scenario fails here
     check_port(host, port)
+    _offline()
+    from abm.dashboard.live import OPTIONS_ENV, SCENARIO_ENV
+
     options = {"policy": policy, "overrides": list(overrides), "seed": resolved.seed}
     _serve("abm.dashboard.live", {SCENARIO_ENV: str(Path(scenario).resolve()), OPTIONS_ENV: json.dumps(options)},
            port, host)
 
 
+def _offline() -> None:
+    """No usage telemetry (nor, in ``_serve``, a version check): it must work on a closed network.
+    Solara reads this setting when first imported, so this runs before any import of it."""
+    os.environ.setdefault("SOLARA_TELEMETRY_MIXPANEL_ENABLE", "False")
+
+
 def _serve(module: str, env: dict[str, str], port: int, host: str) -> None:
     os.environ.update(env)
-    # no usage telemetry and no version check: the dashboard must work on a closed network
-    os.environ.setdefault("SOLARA_TELEMETRY_MIXPANEL_ENABLE", "False")
     from solara.__main__ import run as solara_run
 
     print(f"abm dashboard: http://{host}:{port}/  (Ctrl+C stops it)", flush=True)

@@ -54,6 +54,26 @@ def _metric_png(folder: str, stamp: tuple, title: str, columns: tuple[str, ...])
     return figures.png(figures.run_metric(_open_cached(folder, stamp).episodes, title, list(columns)))
 
 
+def _band_panels(summary: pd.DataFrame) -> list[tuple[str, str]]:
+    """(metric, title) of each study figure: one per metric, configurations side by side."""
+    out = []
+    for title, cols in data.metric_panels(summary.columns, suffix="_mean"):
+        out += [(m, title if len(cols) == 1 else f"{title}, group {m.rsplit('_', 1)[-1]}") for m in cols]
+    return out
+
+
+def warm(path: str | Path) -> None:
+    """Read a folder and draw its first tab's figures, so the first visitor does not wait for them."""
+    target = open_target(path)
+    key = _key(path)
+    if isinstance(target, data.Study):
+        for metric, title in _band_panels(target.summary):
+            _band_png(*key, metric, title)
+    else:
+        for title, cols in data.metric_panels(target.episodes.columns):
+            _metric_png(*key, title, tuple(cols))
+
+
 @functools.lru_cache(maxsize=256)
 def _band_png(folder: str, stamp: tuple, metric: str, title: str) -> bytes:
     study = _open_cached(folder, stamp)
@@ -302,10 +322,8 @@ def ConfigurationsView(study):
     solara.HTML(tag="div", unsafe_innerHTML=_html_table(list(final.columns), final.astype(str).values.tolist(),
                                                         "abm-study-final"))
     with solara.GridFixed(columns=2):
-        for title, cols in panels:
-            for metric in cols:
-                label = title if len(cols) == 1 else f"{title}, group {metric.rsplit('_', 1)[-1]}"
-                solara.Image(_band_png(*key, metric, label))
+        for metric, label in _band_panels(summary):
+            solara.Image(_band_png(*key, metric, label))
 
 
 @solara.component

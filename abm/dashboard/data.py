@@ -33,8 +33,8 @@ PANELS = (
     ("wealth gap ($K)", "wealth_gap"),
     ("profit per episode ($K)", "profit"),
     ("cumulative profit ($K)", "cumulative_profit"),
-    ("reach (share of the group approved in the episode)", "reach_{g}"),
-    ("recall tp/(tp+fn), cumulative", "recall_{g}"),
+    ("reach (share approved per episode)", "reach_{g}"),
+    ("recall (cumulative)", "recall_{g}"),
     ("Hawkes intensity at episode end", "intensity_{g}"),
 )
 APPLICANT_COLUMNS = ("agent_id", "group", "initial_wealth", "final_wealth", "applications", "approvals",

@@ -62,14 +62,14 @@ def study_bands(bands: pd.DataFrame, title: str) -> Figure:
         line, = ax.plot(rows["episode"], rows["mean"], lw=1.3, label=label)
         ax.fill_between(rows["episode"], rows["lower"], rows["upper"], color=line.get_color(), alpha=0.2, lw=0)
     ax.set_xlabel("episode")
-    ax.set_title(f"{title} (mean ± std over seeds)", fontsize=10)
+    ax.set_title(f"{title}, mean ± std", fontsize=10)
     ax.legend(fontsize=7, loc="best")
     return fig
 
 
 def timeline(wealth: pd.DataFrame, events: pd.DataFrame, agent_id: int) -> Figure:
     """An applicant's wealth over time, each application, decision and outcome marked."""
-    fig, ax = _figure(9.0, 3.4, right=0.8)
+    fig, ax = _figure(11.0, 3.6, right=0.84)
     ax.step(wealth["time"], wealth["wealth"], where="post", color="#444444", lw=1.1, label="wealth")
     for kind, style in KIND_STYLE.items():
         rows = events[events["kind"] == kind]
