@@ -73,7 +73,7 @@ def test_metric_panels_name_the_recorded_group_metrics(run):
     assert not any(title.startswith("recall") for title in panels)  # Eutopia records no recall
     study_cols = ["config", "episode", "mean_wealth_A_mean", "mean_wealth_A_std", "recall_A_mean", "recall_A_std"]
     assert dict(metric_panels(study_cols, suffix="_mean")) == {"mean wealth ($K)": ["mean_wealth_A"],
-                                                                "recall tp/(tp+fn), cumulative": ["recall_A"]}
+                                                                "recall (cumulative)": ["recall_A"]}
 
 
 # -- applicants ---------------------------------------------------------------------------
@@ -284,3 +284,18 @@ def test_cli_refuses_bad_folders_and_busy_ports(tmp_path, monkeypatch, capsys):
         port = busy.getsockname()[1]
         with pytest.raises(UserError, match=f"--port {port}: cannot listen"):
             check_port("127.0.0.1", port)
+
+
+def test_page_shows_an_error_page_for_a_bad_folder(monkeypatch, tmp_path, run_dir):
+    import ipyvuetify as v
+    import solara
+
+    from abm.dashboard.app import TARGET_ENV, Page
+
+    monkeypatch.setenv(TARGET_ENV, str(tmp_path / "gone"))
+    _, rc = solara.render(Page(), handle_error=False)
+    assert [a.children for a in rc.find(v.Alert).widgets] == [[f"{tmp_path / 'gone'}: no such folder"]]
+    monkeypatch.setenv(TARGET_ENV, str(run_dir))
+    _, rc = solara.render(Page(), handle_error=False)
+    assert not rc.find(v.Alert).widgets
+    assert [t.children for t in rc.find(v.Tab).widgets] == [["Group metrics"], ["Applicants"], ["Hawkes intensity"]]

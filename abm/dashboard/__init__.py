@@ -27,7 +27,8 @@ def check_port(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as exc:
             reason = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-            raise UserError(f"--port {port}: cannot listen on {host}:{port} ({reason}); choose another --port") from None
+            raise UserError(f"--port {port}: cannot listen on {host}:{port} ({reason}); "
+                            "choose another --port") from None
 
 
 def serve_folder(folder: str | Path, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> None:
