@@ -76,6 +76,22 @@ def test_metric_panels_name_the_recorded_group_metrics(run):
                                                                 "recall (cumulative)": ["recall_A"]}
 
 
+def test_score_family_metrics_and_columns():
+    from abm.dashboard.data import applicant_page, metric_panels
+
+    cols = ["episode", "mean_score_G1", "mean_score_G2", "credit_gap", "applications_G1", "applications_G2",
+            "recall_G1", "recall_G2", "social_burden_G1", "social_burden_G2"]
+    assert [title for title, _ in metric_panels(cols)] == [
+        "mean credit score", "credit gap (1-Wasserstein)", "recall (cumulative)",
+        "social burden (mean cost paid by the admitted)"]
+    agents = pd.DataFrame({"agent_id": [0, 1, 2, 3], "group": ["G1", "G2", "G2", "G2"],
+                           "initial_wealth": [4.0, 5.0, 6.0, 2.0], "final_wealth": [5.0, 5.0, 7.0, 2.0],
+                           "applications": [1, 3, 2, 0], "loans": [1, 2, 2, 0], "defaults": [0, 1, 0, 0]})
+    rows, total = applicant_page(agents, "g2", sort_by="loans", descending=True)
+    assert total == 3 and rows["agent_id"].tolist() == [1, 2, 3]  # ties keep applicant order
+    assert "loans" in rows.columns and "approvals" not in rows.columns
+
+
 # -- applicants ---------------------------------------------------------------------------
 def test_applicant_page_searches_sorts_and_pages(run):
     from abm.dashboard.data import applicant_page

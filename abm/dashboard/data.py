@@ -31,14 +31,18 @@ from abm.inspect import Run, load_run
 PANELS = (
     ("mean wealth ($K)", "mean_wealth_{g}"),
     ("wealth gap ($K)", "wealth_gap"),
+    ("mean credit score", "mean_score_{g}"),  # score families (credit_score, fico, admissions)
+    ("credit gap (1-Wasserstein)", "credit_gap"),
     ("profit per episode ($K)", "profit"),
     ("cumulative profit ($K)", "cumulative_profit"),
     ("reach (share approved per episode)", "reach_{g}"),
     ("recall (cumulative)", "recall_{g}"),
+    ("social burden (mean cost paid by the admitted)", "social_burden_{g}"),
     ("Hawkes intensity at episode end", "intensity_{g}"),
 )
-APPLICANT_COLUMNS = ("agent_id", "group", "initial_wealth", "final_wealth", "applications", "approvals",
-                     "defaults")
+# those a family records ("loans", "admitted": the score families' approvals)
+APPLICANT_COLUMNS = ("agent_id", "group", "initial_wealth", "final_wealth", "applications", "approvals", "loans",
+                     "admitted", "defaults")
 TIMELINE_COLUMNS = ("time", "episode", "kind", "amount", "wealth_after", "decision_prob")
 MAX_TRACE_EPISODES = 20  # a trace window is evaluated at ~500 points per episode and group
 TRACE_POINTS_PER_EPOCH = 5

@@ -77,7 +77,7 @@ def timeline(wealth: pd.DataFrame, events: pd.DataFrame, agent_id: int) -> Figur
             ax.scatter(rows["time"], rows["wealth_after"], s=28, zorder=3, marker=style["marker"],
                        color=style["color"], label=f"{style['label']} ({len(rows)})")
     ax.set_xlabel("time")
-    ax.set_ylabel("wealth ($K)")
+    ax.set_ylabel("wealth (or score)")
     ax.set_title(f"applicant {agent_id}", fontsize=10)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
