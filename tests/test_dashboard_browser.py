@@ -65,10 +65,10 @@ def run_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def dashboard(run_dir):
+def _serve(*args: str):
+    """``abm dashboard ARGS --port P`` in a subprocess: yields its URL, stops it afterwards."""
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "abm.cli", "dashboard", str(run_dir), "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "abm.cli", "dashboard", *args, "--port", str(port)],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_http(f"http://127.0.0.1:{port}/", server)
@@ -80,6 +80,11 @@ def dashboard(run_dir):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@pytest.fixture(scope="module")
+def dashboard(run_dir):
+    yield from _serve(str(run_dir))
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +152,33 @@ def test_search_open_timeline_and_compare_with_the_event_log(dashboard, browser,
     browser.execute_script("arguments[0].scrollIntoView({block: 'end'});", timeline)
     assert browser.save_screenshot(str(out / "dashboard-timeline.png"))
     assert (out / "dashboard-timeline.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_live_view_steps_and_plays_to_the_last_episode(browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = _serve("--live", str(SCENARIOS / "eutopia.yaml"), "--set", "population.n_male=300",
+                    "--set", "population.n_female=300", "--set", "episodes.count=4")
+    url = next(server)
+    try:
+        wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+        browser.get(url)
+
+        def counter(d) -> str:
+            found = d.find_elements(By.CSS_SELECTOR, ".abm-live-episode")
+            return found[0].text if found else ""
+
+        def button(label: str):
+            return [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip().upper() == label][0]
+
+        wait.until(lambda d: counter(d).startswith("Episode 0 of 4"))
+        button("STEP").click()
+        wait.until(lambda d: counter(d).startswith("Episode 1 of 4 (3 to go)"))
+        button("▶").click()
+        wait.until(lambda d: counter(d).startswith("Episode 4 of 4 (finished)"))
+        assert "simulated time 40" in counter(browser)
+        wait.until(lambda d: not button("STEP").is_enabled())
+    finally:
+        server.close()
