@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -59,10 +60,14 @@ def population(scenario: Path = typer.Argument(..., help="Scenario file."),
 
     sc = load_scenario(scenario, list(set_), seed=seed)
     frame = generate_population(sc)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".tmp-{out.name}")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"--out {out}: cannot write ({exc.strerror or str(exc).splitlines()[0]})") from None
     _console().print(summary_table(frame))
     typer.echo(f"population: {len(frame)} applicants -> {out}")
     del np
@@ -219,6 +224,15 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as exc:
+        import errno
+
+        # a full, read-only or forbidden output folder is the user's to fix, not an internal error
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        typer.echo(f"error: {where}cannot write ({os.strerror(exc.errno)})", err=True)
+        sys.exit(2)
     except SystemExit:
         raise
     except Exception as exc:  # click usage errors (typer vendors click) and anything unexpected

@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from abm.errors import UserError
 
 MAX_SEED = 2**63 - 1
+# YAML aliases let a few lines expand to billions of values ("billion laughs"); no scenario or
+# study needs more than this many, so larger (or self-referencing) documents are refused
+MAX_VALUES = 100_000
 
 
 class Section(BaseModel):
@@ -129,6 +132,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{p}: invalid YAML{where}: {problem}") from None
     if data is None:
         data = {}
+    _check_size(data, str(p))
     if not isinstance(data, dict):
         raise UserError(f"{p}: the top level must be a mapping of sections, got {type(data).__name__}")
     return data
@@ -146,7 +150,24 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    _check_size(value, f"--set {key.strip()}")
     return parts, value
+
+
+def _check_size(data: Any, source: str) -> None:
+    """Refuse documents that expand (through aliases) to more than MAX_VALUES values; stops
+    counting at the limit, so a bomb costs no more than a legitimate document."""
+    count, stack = 0, [data]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise UserError(f"{source}: expands to more than {MAX_VALUES:,} values (YAML aliases "
+                            "repeating or containing themselves?)")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:

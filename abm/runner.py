@@ -105,10 +105,41 @@ def run_to_folder(scenario, out_root: str | Path | None = None, *, on_episode=No
                   reuse: bool = True, policy=None, name: str | None = None) -> tuple[Path, bool]:
     """Run ``scenario`` into ``out_root/<run name>``. Returns (folder, computed_now)."""
     root = Path(out_root or scenario.outputs.root)
+    created = _first_missing(root)  # removed again if the run fails: a failed run leaves no folder
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{root}: cannot create output folder ({exc.strerror})") from None
+    try:
+        return _run_into(root, scenario, on_episode, reuse, policy, name)
+    except BaseException:
+        if created is not None:
+            _remove_empty_tree(created, root)
+        raise
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (None if ``path`` exists)."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _remove_empty_tree(top: Path, leaf: Path) -> None:
+    """rmdir ``leaf`` and its parents up to ``top`` while they are empty (nothing else's is lost)."""
+    for p in (leaf, *leaf.parents):
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        if p == top:
+            return
+
+
+def _run_into(root: Path, scenario, on_episode, reuse: bool, policy, name: str | None) -> tuple[Path, bool]:
     final = safe_child(root, name or run_name(scenario))
     if is_complete(final) and reuse:
         return final, False
@@ -125,7 +156,9 @@ def run_to_folder(scenario, out_root: str | Path | None = None, *, on_episode=No
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise UserError(f"{root}: cannot write run folder ({reason})") from None
+        error = UserError(f"{root}: cannot write run folder ({reason})")
+        error.errno = exc.errno  # a study stops on a full or read-only output folder (abm.study_exec)
+        raise error from None
     if tmp.exists():  # another process finished the same run first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
     return final, True

@@ -166,6 +166,13 @@ class StudyHeader(Section):
             raise ValueError(f"replicate keys must be distinct integers in [0, 2^32), got {value}")
         return value
 
+    @field_validator("name")
+    @classmethod
+    def _not_a_path_step(cls, value: str) -> str:
+        if value in (".", ".."):  # outputs/studies/.. would write the study outside outputs/studies
+            raise ValueError(f"{value!r} is not a name (it is a path step)")
+        return value
+
     @property
     def replicates(self) -> list[int]:
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)

@@ -16,6 +16,7 @@ the study goes on. A lock file keeps two studies from writing one folder at once
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -37,6 +38,9 @@ from abm.study import RunSpec, Study
 
 SCRATCH = ".dask-scratch"
 LOCK = ".lock"
+# a run that cannot write its folder for these reasons says nothing about the run: every later
+# run would fail the same way, so the study stops (exit 2) instead of recording failures
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 @dataclass
@@ -91,6 +95,9 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         for leftover in runs_dir.glob(f".tmp-{run_id}-*"):
             shutil.rmtree(leftover, ignore_errors=True)
         error = f"{type(exc).__name__}: {exc}".replace("\n", "; ")
+        if getattr(exc, "errno", None) in OUTPUT_ERRNOS:  # the output folder's fault, not the run's
+            return {"run_id": run_id, "status": "failed", "error": str(exc), "output_error": True,
+                    "wall_s": time.perf_counter() - started}
         record_failure(failed_dir, run_id, error, traceback.format_exc())
         return {"run_id": run_id, "status": "failed", "error": error, "wall_s": time.perf_counter() - started}
     (failed_dir / f"{run_id}.json").unlink(missing_ok=True)
@@ -199,7 +206,10 @@ def _progress(name: str, total: int, done: int, quiet: bool):
 
 @contextlib.contextmanager
 def _locked(folder: Path):
-    handle = open(folder / LOCK, "w")
+    try:
+        handle = open(folder / LOCK, "w")
+    except OSError as exc:
+        raise UserError(f"{folder}: cannot write the study folder ({exc.strerror})") from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -279,6 +289,9 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
             update = stack.enter_context(_progress(study.name, outcome.total, outcome.skipped + outcome.failed_before,
                                                    quiet))
             for result in results:
+                if result.get("output_error"):
+                    raise UserError(f"{result['error']}: study {study.name} stopped after {outcome.succeeded} "
+                                    f"new runs; free space (or fix permissions) and rerun to resume")
                 if result["status"] == "ok":
                     outcome.succeeded += 1
                 else:

@@ -59,12 +59,15 @@ class LoanlyPopulation(Section):
     def _fill_range(cls, data: Any) -> Any:
         if isinstance(data, dict):
             regime = data.get("regime", "pretraining")
+            if not isinstance(regime, str):  # a list/mapping here is the field validator's to refuse
+                return data
             if data.get("default_range") is None:
                 if regime == "custom":
                     raise ValueError("regime 'custom' needs default_range: [delta_min, delta_max]")
                 if regime in REGIMES:
                     data = {**data, "default_range": REGIMES[regime]}
-            elif regime in REGIMES and tuple(data["default_range"]) != REGIMES[regime]:
+            elif regime in REGIMES and isinstance(data["default_range"], (list, tuple)) \
+                    and tuple(data["default_range"]) != REGIMES[regime]:
                 raise ValueError(f"default_range {data['default_range']} contradicts regime '{regime}' "
                                  f"{list(REGIMES[regime])} (use regime: custom)")
         return data

@@ -106,7 +106,7 @@ class DeepPolicy(Policy):
         if self.model is None:
             set_torch_threads()
             if self.params.model_path:
-                self.load(self.params.model_path)
+                self.load(self.params.model_path, model.scenario)
             else:
                 self.train(model.scenario)
         self.configure_world(model.world)
@@ -163,18 +163,42 @@ class DeepPolicy(Policy):
         (folder / "config.json").write_text(json.dumps(config, indent=2))
         return folder
 
-    def load(self, path: str | Path) -> None:
+    def load(self, path: str | Path, scenario) -> None:
+        """Rebuild the network for ``scenario`` and load only its weights from ``path``.
+
+        SB3's ``Algorithm.load`` unpickles (cloudpickle) the class parameters stored in the zip,
+        so a model_path named by a scenario file could run code; ``set_parameters`` reads only
+        the state dicts, with ``torch.load(weights_only=True)``.
+        """
+        import zipfile
+
         folder = Path(path)
         cfg_path = folder / "config.json"
         if not cfg_path.is_file() or not (folder / "model.zip").is_file():
             raise UserError(f"policy.model_path: {folder} has no model.zip + config.json (a run's policy/ folder)")
-        config = json.loads(cfg_path.read_text())
+        try:
+            config = json.loads(cfg_path.read_text())
+            with zipfile.ZipFile(folder / "model.zip") as archive:
+                data = json.loads(archive.read("data")) if "data" in archive.namelist() else {}
+        except (OSError, UnicodeDecodeError, ValueError, zipfile.BadZipFile) as exc:
+            raise UserError(f"policy.model_path: {folder}: unreadable model ({type(exc).__name__})") from None
+        if not isinstance(config, dict) or not isinstance(data, dict):
+            raise UserError(f"policy.model_path: {folder}: config.json or the model's data is not a mapping")
         if config.get("policy") != self.name:
             raise UserError(f"policy.model_path: {folder} holds a {config.get('policy')!r} model, not {self.name!r}")
         if self.obs_fields and list(self.obs_fields) != config.get("obs_fields"):
             raise UserError(f"policy.model_path: {folder} was trained on observation fields "
                             f"{config.get('obs_fields')}, this scenario has {list(self.obs_fields)}")
-        self.model = self.algorithm.load(folder / "model.zip", device="cpu")
+        from abm.gym import AbmEnv
+
+        self.model = self.build_model(AbmEnv(scenario))
+        try:
+            self.model.set_parameters(str(folder / "model.zip"), exact_match=True, device="cpu")
+        except Exception as exc:  # torch/zip/shape errors of a foreign or damaged file
+            raise UserError(f"policy.model_path: {folder}: weights do not fit this policy "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        if isinstance(data.get("num_timesteps"), int):  # a plain JSON number, never unpickled
+            self.model.num_timesteps = data["num_timesteps"]
         self.load_extra_state(config.get("extra", {}), folder)
 
     def state(self) -> dict[str, Any]:
