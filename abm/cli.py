@@ -145,6 +145,8 @@ def dashboard(folder: Optional[Path] = typer.Argument(None, help="A run folder o
         raise UserError("dashboard: give a run or study folder, or --live SCENARIO (one of them)")
     if live is not None:
         web.serve_live(live, port, host, policy=policy, seed=seed, overrides=list(set_))
+    elif policy is not None or seed is not None or set_:
+        raise UserError("dashboard: --policy, --seed and --set apply to --live SCENARIO only")
     else:
         web.serve_folder(folder, port, host)
 

@@ -288,6 +288,8 @@ def test_cli_refuses_bad_folders_and_busy_ports(tmp_path, monkeypatch, capsys):
     for args, message in (([str(tmp_path)], f"{tmp_path}: neither a run folder (no summary.json) nor a study "
                                             "folder (no manifest.json)"),
                           ([], "dashboard: give a run or study folder, or --live SCENARIO (one of them)"),
+                          ([str(tmp_path), "--seed", "3"], "dashboard: --policy, --seed and --set apply to --live "
+                                                           "SCENARIO only"),
                           (["--live", str(tmp_path / "nope.yaml")], f"{tmp_path / 'nope.yaml'}: file not found")):
         monkeypatch.setattr("sys.argv", ["abm", "dashboard", *args])
         with pytest.raises(SystemExit) as exit_info:
