@@ -71,6 +71,12 @@ def check_run(sim, episodes: pd.DataFrame, events: pd.DataFrame | None) -> None:
                                                        rtol=1e-9, atol=1e-6):
         raise InvariantError(f"invariant 'episode profits sum to the bank profit' broken: "
                              f"{float(episodes['profit'].sum()):.6f} vs {sim.world.profit_total:.6f}")
+    if events is not None and "decision_prob" in events.columns:
+        probs = events["decision_prob"].to_numpy(dtype=float)
+        probs = probs[~np.isnan(probs)]  # events other than decisions carry none
+        if np.any((probs < 0) | (probs > 1)):
+            raise InvariantError(f"invariant 'decision probabilities in [0, 1]' broken: "
+                                 f"{probs[(probs < 0) | (probs > 1)][:3].tolist()}")
     tau = getattr(getattr(sim.scenario, "population", None), "tau_interest", None)
     ledger_check = getattr(sim.world, "ledger_check", None)  # a family's own ledger (score families)
     if events is not None and callable(ledger_check):
