@@ -124,7 +124,11 @@ def test_search_open_timeline_and_compare_with_the_event_log(dashboard, browser,
 
     agents = pd.read_parquet(run_dir / "agents.parquet")
     agent_id = int(agents["approvals"].idxmax())  # the applicant with the longest history
-    wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    # Solara re-renders tables after the counters update: read them inside waits that retry
+    # when an element goes stale, and compare once the page has settled on the expected rows.
+    wait = WebDriverWait(browser, 90, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,))
     browser.get(dashboard)
     tab = wait.until(lambda d: [t for t in d.find_elements(By.CSS_SELECTOR, ".v-tab") if t.text.upper() == "APPLICANTS"]
                      or None)[0]
@@ -135,17 +139,25 @@ def test_search_open_timeline_and_compare_with_the_event_log(dashboard, browser,
     time.sleep(0.3)  # let the field take the text before Enter commits it
     search.send_keys(Keys.ENTER)
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, ".abm-count").text == "1 applicant matches")
-    rows = browser.find_elements(By.CSS_SELECTOR, "table.abm-applicants tbody tr")
-    assert [r.get_attribute("data-agent") for r in rows] == [str(agent_id)]
-    browser.find_element(By.CSS_SELECTOR, f".abm-open-{agent_id}").click()
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.abm-timeline tbody tr"))
+    def agent_rows(d):
+        return [r.get_attribute("data-agent") for r in d.find_elements(By.CSS_SELECTOR, "table.abm-applicants tbody tr")]
 
-    shown = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-             for row in browser.find_elements(By.CSS_SELECTOR, "table.abm-timeline tbody tr")]
+    wait.until(lambda d: agent_rows(d) == [str(agent_id)])
+    assert agent_rows(browser) == [str(agent_id)]
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f".abm-open-{agent_id}")).click()
     every = pd.read_parquet(run_dir / "events.parquet")
     expected = _expected_rows(every[every["agent_id"] == agent_id])
     assert len(expected) >= 3
-    assert shown == expected
+
+    def timeline(d):
+        return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+                for row in d.find_elements(By.CSS_SELECTOR, "table.abm-timeline tbody tr")]
+
+    try:  # settle: the table is complete once it shows as many rows as the log holds
+        wait.until(lambda d: len(timeline(d)) == len(expected))
+    except Exception:
+        pass  # fall through to the assertion, which shows the difference
+    assert timeline(browser) == expected
     out = ROOT / "outputs"
     out.mkdir(exist_ok=True)
     timeline = browser.find_element(By.CSS_SELECTOR, "table.abm-timeline")
