@@ -196,6 +196,9 @@ def write_folder(folder: Path, scenario, sim, episodes: pd.DataFrame, events: pd
         "wall_seconds": round(wall, 3),
         "invariants": "passed",
     }
+    headline = getattr(sim.world, "headline_summary", None)  # a family's headline numbers (beta_belief:
+    if callable(headline):                                   # exact vs simulated), never over the above
+        summary.update({k: v for k, v in headline().items() if k not in summary})
     path = folder / COMPLETE_MARKER
     path.write_text(json.dumps(summary, indent=2, default=_jsonable))
 

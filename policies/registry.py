@@ -36,6 +36,14 @@ POLICIES: dict[str, str] = {
     "elbert_po": "policies.deep.elbert_po:ELBERTLender",
     "bisim_ppo": "policies.deep.bisimulator:BisimPPOLender",
     "bisim_dqn": "policies.deep.bisimulator:BisimDQNLender",
+    # seed 001 planners on the beta_belief family's exact MDP (policies/fair_mdp/policies.py)
+    "fair_lp": "policies.fair_mdp.policies:FairLP",
+    "fair_cce": "policies.fair_mdp.policies:FairCCE",
+    "optimistic": "policies.fair_mdp.policies:Optimistic",
+    "conservative": "policies.fair_mdp.policies:Conservative",
+    "race_blind": "policies.fair_mdp.policies:RaceBlind",
+    "unconstrained": "policies.fair_mdp.policies:Unconstrained",
+    "explore_then_commit": "policies.fair_mdp.policies:ExploreThenCommit",
 }
 
 

@@ -23,6 +23,7 @@ FAMILIES: dict[str, str] = {
     "credit_score": "abm.families.credit_score",
     "fico": "abm.families.fico",
     "admissions": "abm.families.admissions",
+    "beta_belief": "abm.families.beta_belief",
 }
 FAMILY_NAMES = tuple(FAMILIES)
 

@@ -110,6 +110,9 @@ class LoanMDP:
     """Decision epoch t of the state; terminal states have depth = horizon."""
     terminal: np.ndarray = field(repr=False)
     """True for the absorbing reward-free state of each (z, y)."""
+    counts: np.ndarray | None = field(default=None, repr=False)
+    """(repayments, defaults, rejections) per state, pre-simulation included (0 on terminals):
+    the integer key by which the ABM family's observations are looked up (policies.py)."""
 
     @property
     def gamma(self) -> float:
@@ -245,4 +248,5 @@ def build_loan_mdp(params: LoanMDPParams | None = None) -> LoanMDP:
     return LoanMDP(params=params, transition=(p_reject, p_accept), reward=reward,
                    individual_reward=individual_reward, initial_distribution=initial,
                    alpha=alpha, beta=beta, group=z.astype(np.int64), qualified=y,
-                   depth=depth.astype(np.int64), terminal=terminal)
+                   depth=depth.astype(np.int64), terminal=terminal,
+                   counts=counts.astype(np.int64))
