@@ -240,11 +240,11 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
         extra.append(f"episodes.count={int(fields['episodes'])}")
     if fields.get("objective") is not None:
         extra.append(f"objective={json.dumps(fields['objective'])}")
-    data = apply_overrides(data, extra + list(overrides))
-    if fields.get("policy") is not None:
+    if fields.get("policy") is not None:  # before the overrides: `--policy X --set policy.k=v` keeps k
         policy = data.get("policy")
         same = isinstance(policy, dict) and policy.get("name") == fields["policy"]
         data["policy"] = dict(policy) if same else {"name": fields["policy"]}
+    data = apply_overrides(data, extra + list(overrides))
     return validate_scenario_dict(data, str(path))
 
 
