@@ -62,6 +62,11 @@ class EventLog:
         if self.enabled:
             self._scalars.append((time, episode, agent_id, group, int(kind), amount, wealth_after, decision_prob))
 
+    def skip(self, n: int) -> None:
+        """Count ``n`` events without recording them: for callers that check ``enabled`` first
+        and so avoid building the fields of events a disabled log would drop."""
+        self.count += n
+
     def extend(self, time: float, episode: int, agent_id: np.ndarray, group: np.ndarray, kind,
                amount=np.nan, wealth_after=np.nan, decision_prob=np.nan) -> None:
         """A batch of events sharing a time and episode; ``kind`` may be scalar or per event."""

@@ -33,6 +33,7 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+import simpy
 from gymnasium import spaces
 
 from abm.config import MAX_SEED, load_scenario
@@ -82,6 +83,8 @@ class AbmEnv(gymnasium.Env):
         self.sim_episodes = int(sim_episodes)
         self.sim = None
         self._req = None
+        self._pending = None  # the pending request as (agent_id, group, true outcome, float32 obs)
+        self._one = np.zeros(1, np.int64)  # a reused one-applicant index for the world's seams
         self._start_episode = 0
         self._new_sim(scenario.seed)  # a probe for the spaces; reset() replaces it
         world = self.sim.world
@@ -103,31 +106,45 @@ class AbmEnv(gymnasium.Env):
         from abm.engine import Simulation
 
         sc = self.scenario.model_copy(update={"seed": int(seed)})
-        self.sim = Simulation(sc, external=True, log_events=False)
+        # no event log and no Mesa agent per applicant: the adapter reads neither (training speed)
+        self.sim = Simulation(sc, external=True, log_events=False, track_applicants=False)
         self._start_episode = 0
 
     def _advance(self) -> bool:
-        """Run the clock to the next decision request; False when the gym episode ended first."""
+        """Run the clock to the next decision request; False when the gym episode ended first.
+
+        Steps the SimPy clock until the request (or the episode end) has been *processed*: the
+        stopping point of ``env.run(until=env.any_of([ready, done]))``, without building a
+        Condition, a stop callback and a try block per decision (they were most of a step's
+        cost), and without piling one stale Condition per decision onto the episode-end event.
+        """
         sim = self.sim
+        step = sim.env.step
         while True:
             ready = sim.requests_ready
             done = sim.episode_end_event()
-            sim.env.run(until=sim.env.any_of([ready, done]))
+            try:
+                while ready.callbacks is not None and done.callbacks is not None:
+                    step()
+            except simpy.core.EmptySchedule:
+                raise RuntimeError("the simulation ran out of events before the next decision") from None
             if ready.triggered:
-                self._req = ready.value
+                req = self._req = ready.value
+                one = self._one
+                one[0] = req.agent_id
+                self._pending = (int(req.agent_id), int(req.group), bool(true_outcome(sim.world, one)[0]),
+                                 self._obs(req.obs))
                 return True
             if len(sim.episode_rows) - self._start_episode >= self.sim_episodes:
-                self._req = None
+                self._req = self._pending = None
                 return False
 
     def _obs(self, raw: np.ndarray) -> np.ndarray:
-        return np.asarray(raw, dtype=np.float32).copy()
+        return raw.astype(np.float32)  # a new array
 
     def _info(self) -> dict[str, Any]:
-        req = self._req
-        idx = np.array([req.agent_id])
-        return {"agent_id": int(req.agent_id), "group": int(req.group),
-                "outcome": bool(true_outcome(self.sim.world, idx)[0]),
+        agent_id, group, outcome, _ = self._pending
+        return {"agent_id": agent_id, "group": group, "outcome": outcome,
                 "time": float(self.sim.env.now), "sim_episode": int(self.sim.episode)}
 
     # -- gymnasium API ----------------------------------------------------------------------
@@ -144,7 +161,7 @@ class AbmEnv(gymnasium.Env):
         if not self._advance():
             raise UserError(f"scenario {self.scenario.name!r}: no application reached the bank in "
                             f"{self.sim_episodes} episode(s); the gym adapter has nothing to decide")
-        obs = self._obs(self._req.obs)
+        obs = self._pending[3]
         self._last_obs = obs
         return obs.copy(), self._info()
 
@@ -152,26 +169,28 @@ class AbmEnv(gymnasium.Env):
         req = self._req
         if req is None:
             raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")
-        a = int(np.asarray(action).reshape(()))
+        a = int(action) if isinstance(action, (int, np.integer)) else int(np.asarray(action).reshape(()))
         if a not in (REJECT, APPROVE):
             raise gymnasium.error.InvalidAction(f"action must be 0 (reject) or 1 (approve), got {action!r}")
         world = self.sim.world
         before = world_reward(world)
-        decided = {"agent_id": int(req.agent_id), "group": int(req.group), "action": a,
-                   "outcome": bool(true_outcome(world, np.array([req.agent_id]))[0]),
-                   "obs": self._obs(req.obs)}
+        agent_id, group, outcome, obs_before = self._pending
+        decided = {"agent_id": agent_id, "group": group, "action": a, "outcome": outcome,
+                   "obs": obs_before.copy()}
         req.decided.succeed(a)
         alive = self._advance()
         reward = world_reward(world) - before
         # the decided applicant as the agent sees it after the decision resolved (transition
         # data for dynamics models, e.g. the Bisimulator's T_psi(s' | s, a, g))
-        decided["next_obs"] = self._obs(world.observe(np.array([decided["agent_id"]]))[0])
+        one = self._one
+        one[0] = agent_id
+        decided["next_obs"] = self._obs(world.observe(one)[0])
         decided["reward"] = float(reward)
         if alive:
-            obs = self._obs(self._req.obs)
+            obs = self._pending[3]
             info = self._info()
         else:
-            obs = self._last_obs.copy()
+            obs = self._last_obs
             info = {"episode_metrics": dict(self.sim.episode_rows[-1])}
         info["decided"] = decided
         self._last_obs = obs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 
 import gymnasium
@@ -131,3 +132,33 @@ def test_eutopia_batch_review_decides_every_application():
     row = info["episode_metrics"]
     assert n == row["applications_M"] + row["applications_F"]
     assert n == row["approvals_M"] + row["approvals_F"]
+
+
+def trajectory_digest(path, steps, seed, *overrides, sim_episodes=1):
+    """sha256 over every observation, reward, flag, info and decided record of a rollout."""
+    env = make_env(path, *overrides, sim_episodes=sim_episodes)
+    actions = np.random.default_rng(seed).integers(0, 2, steps)
+    h = hashlib.sha256()
+    obs, info = env.reset(seed=seed)
+    h.update(obs.tobytes() + repr(sorted(info.items())).encode())
+    for a in actions:
+        obs, r, term, trunc, info = env.step(int(a))
+        d = info.pop("decided")
+        h.update(obs.tobytes() + repr((r, term, trunc, sorted(info.items()))).encode())
+        h.update(d.pop("obs").tobytes() + d.pop("next_obs").tobytes() + repr(sorted(d.items())).encode())
+        if trunc:
+            obs, info = env.reset()
+            h.update(obs.tobytes() + repr(sorted(info.items())).encode())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("path, steps, seed, overrides, sim_episodes, digest", [
+    ("lending-credit.yaml", 3000, 7, (), 1,
+     "0d6a4179aaa5b283198252b9829b860257584a364e6871c72b62d6afc79d2fcf"),
+    ("lending-conscientiousness.yaml", 1500, 3, ("episodes.horizon=400", "observation.score_change_repay=[1.0,1.5]"), 2,
+     "edd532700e02eabc7f86e17f402d3b0b72ddc00f7307d1223204a91595c24a5d"),
+])
+def test_trajectories_match_the_adapter_before_its_speed_up(path, steps, seed, overrides, sim_episodes, digest):
+    # digests recorded with the adapter and engine of commit e6c32d5 (before the hot-path work
+    # of benchmarks/RESULTS.md): the faster step loop must replay the same trajectories
+    assert trajectory_digest(SCENARIOS / path, steps, seed, *overrides, sim_episodes=sim_episodes) == digest

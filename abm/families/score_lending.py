@@ -112,8 +112,10 @@ class ScoreLendingWorld(ABC):
         self.ep = {k: np.zeros(n_groups) for k in keys}
         self.profit_total = 0.0
         self.cumulative_return = 0.0
-        self.last_idx = np.empty(0, np.int64)
-        self.last_rewards = np.empty(0)
+        # the last decision batch's applicants and rewards; one decision is kept as two scalars
+        # and becomes arrays only when read (``last_idx``/``last_rewards``)
+        self._last: tuple = (np.empty(0, np.int64), np.empty(0))
+        self._one = np.zeros(1, np.int64)  # a reused one-applicant index (scoring on arrival)
         self.score_at_episode_start = self.mean_scores()
         self.initial_mean = self.score_at_episode_start.copy()
 
@@ -134,12 +136,13 @@ class ScoreLendingWorld(ABC):
         return int(rng.integers(len(self.cols["group"])))
 
     def _prepare(self, i: int, rng) -> None:
-        c = self.cols
-        p = float(self.repay_prob(np.array([i]))[0])  # scored at arrival: the bank decides on this draw
+        c, one = self.cols, self._one
+        one[0] = i
+        p = float(self.repay_prob(one)[0])  # scored at arrival: the bank decides on this draw
         c["p_repay"][i] = p
         c["outcome"][i] = self.outcome_rng.random() < p  # drawn for everyone: recall needs it
         c["applications"][i] += 1
-        g = int(c["group"][i])
+        g = c["group"].item(i)
         self.cum["applications"][g] += 1
         self.ep["applications"][g] += 1
 
@@ -153,6 +156,11 @@ class ScoreLendingWorld(ABC):
     # -- observations -----------------------------------------------------------------------
     def observe(self, idx: np.ndarray) -> np.ndarray:
         c = self.cols
+        if len(idx) == 1:  # one applicant per step: Python scalars, same float64 values
+            i = int(idx[0])
+            loans = max(c["loans"].item(i), 1)
+            return np.array([[c["observed_score"].item(i), c["group"].item(i),
+                              c["repayments"].item(i) / loans, c["defaults"].item(i) / loans]])
         out = np.empty((len(idx), 4))
         loans = np.maximum(c["loans"][idx], 1)
         out[:, 0] = c["observed_score"][idx]
@@ -199,7 +207,7 @@ class ScoreLendingWorld(ABC):
         groups = c["group"][idx]
         good = c["outcome"][idx]
         rewards = self.rewards.reward(approved, good)
-        self.last_idx, self.last_rewards = idx, rewards
+        self._last = (idx, rewards)
         for store in (self.cum, self.ep):
             store["approvals"] += np.bincount(groups[approved], minlength=n)
             store["tp"] += np.bincount(groups[approved & good], minlength=n)
@@ -231,11 +239,11 @@ class ScoreLendingWorld(ABC):
 
     def _apply_one(self, i: int, approved: bool, obs: np.ndarray) -> None:
         c, cum, ep = self.cols, self.cum, self.ep
-        g = int(c["group"][i])
-        good = bool(c["outcome"][i])
+        g = c["group"].item(i)  # .item(): Python scalars, cheaper than numpy ones and the same values
+        good = bool(c["outcome"].item(i))
         r = self.rewards
         reward = (r.approve_good if good else r.approve_bad) if approved else (r.reject_good if good else r.reject_bad)
-        self.last_idx, self.last_rewards = np.array([i]), np.array([reward])
+        self._last = (i, reward)
         self.profit_total += reward
         self.model.bank.profit = self.profit_total
         for store in (cum, ep):
@@ -251,15 +259,29 @@ class ScoreLendingWorld(ABC):
         for store in (cum, ep):
             store["approvals"][g] += 1
             store[key][g] += 1
-        c["score"][i] = min(hi, max(lo, c["score"][i] + (self.change_repay if good else self.change_default)))
-        c["observed_score"][i] = min(hi, max(lo, c["observed_score"][i] +
-                                             (self.obs_repay[g] if good else self.obs_default[g])))
-        self.model.log.add(self.env.now, self.model.episode, i, g, EventKind.REPAY if good else EventKind.DEFAULT,
-                           1.0, float(c["score"][i]))
+        c["score"][i] = min(hi, max(lo, c["score"].item(i) + (self.change_repay if good else self.change_default)))
+        c["observed_score"][i] = min(hi, max(lo, c["observed_score"].item(i) +
+                                             (self.obs_repay.item(g) if good else self.obs_default.item(g))))
+        log = self.model.log
+        if log.enabled:
+            log.add(self.env.now, self.model.episode, i, g, EventKind.REPAY if good else EventKind.DEFAULT,
+                    1.0, float(c["score"][i]))
+        else:
+            log.skip(1)
         policy = self.model.policy
         if policy is not None:
             policy.on_outcomes(steps.Outcomes(np.array([i]), np.array([g]), obs, np.array([good]),
                                               np.array([reward])))
+
+    @property
+    def last_idx(self) -> np.ndarray:
+        idx = self._last[0]
+        return np.array([idx]) if isinstance(idx, int) else idx
+
+    @property
+    def last_rewards(self) -> np.ndarray:
+        idx, rewards = self._last
+        return np.array([rewards], dtype=float) if isinstance(idx, int) else rewards
 
     # -- episodes ---------------------------------------------------------------------------
     def mean_scores(self, column: str = "score") -> np.ndarray:
