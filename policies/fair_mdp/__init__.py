@@ -1,6 +1,9 @@
 """Fair sequential lending decisions on a known MDP (seed 001): the pure-maths core.
 
-No simulation engine is involved; numpy + scipy only.  Model and definitions: docs/fair_mdp.md.
+No simulation engine is involved; numpy + scipy only.  Model and definitions: docs/MODEL.md,
+"Fair sequential decisions on a known MDP (seed 001)".  The engine side (the `beta_belief`
+family, registered lenders in `policies.py`, the rollout evaluator in `rollout.py`, the state
+lookup in `lookup.py`) imports this core, never the other way round.
 
 Model (`mdp`)
     LoanMDPParams(...)                      frozen, validated parameters (seed defaults)

@@ -1,6 +1,6 @@
 """Exact evaluation of a stochastic policy on a finite MDP by sparse linear solves.
 
-Definitions (seed 001, Preliminaries and Fairness; docs/fair_mdp.md):
+Definitions (seed 001, Preliminaries and Fairness; docs/MODEL.md (seed 001)):
   D^(pi)      = (1 - gamma) sum_t gamma^t D^(pi,t)  solves (I - gamma P_pi^T) D = (1 - gamma) D_0
   Lambda^(pi) = D^(pi)_s pi_{s,a}                    (sums to 1)
   R^(pi)      = <Lambda^(pi), R>                     (normalised; discounted_return = R / (1-gamma))

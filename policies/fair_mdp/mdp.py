@@ -8,7 +8,7 @@ distribution after `presimulation_steps[z]` forced offers from the group prior.
 
 The enumerated state also carries y, the applicant's qualification at entry
 (alpha / (alpha + beta) >= p0 at the entry state).  y never changes, so the MDP stays
-separable in (z, y) and equal opportunity is linear in the occupancy measure (docs/fair_mdp.md).
+separable in (z, y) and equal opportunity is linear in the occupancy measure (docs/MODEL.md (seed 001)).
 
 States are keyed by integer counts (z, y, repays, defaults, rejections), so the decision
 epoch t is a function of the state and the MDP is a DAG of `horizon` live layers followed by
@@ -36,7 +36,7 @@ class Action(IntEnum):
 
 @dataclass(frozen=True)
 class LoanMDPParams:
-    """Parameters of the loan MDP; defaults are the seed-001 values (docs/fair_mdp.md)."""
+    """Parameters of the loan MDP; defaults are the seed-001 values (docs/MODEL.md (seed 001))."""
 
     prior_alpha: tuple[float, float] = (1.4614873, 1.51578208)
     """Beta prior alpha per group, indexed by z (0 = minority, 1 = majority)."""
