@@ -221,3 +221,25 @@ def test_full_size_agreement_at_reference_defaults():
     head = sim.world.headline_summary()
     for key in ("reward", "dp_gap", "eo_gap"):
         assert abs(head[f"sim_{key}"] - head[f"exact_{key}"]) <= 4 * head[f"sim_{key}_se"]
+
+
+def test_fig1_table_from_a_study_folder(tmp_path):
+    import pandas as pd
+
+    from policies.fair_mdp.fig1_study import tables
+
+    values = {"race_blind": (0.08, 0.27), "optimistic": (0.079, 0.26), "fair_cce": (0.07, 0.095),
+              "fair_lp": (0.077, 0.1), "conservative": (0.0, 0.0)}
+    rows = []
+    for name, (reward, gap) in values.items():
+        for constraint in (None,) if name == "race_blind" else ("dp", "eo"):
+            label = name if constraint is None else f"{name}(constraint={constraint})"
+            for episode in (0, 1):
+                rows.append({"run_id": label, "policy": label, "episode": episode, "bank.gamma": 0.8,
+                             "exact_reward": reward, "exact_discounted_return": reward / 0.2,
+                             "exact_dp_gap": gap, "exact_eo_gap": -gap, "sim_reward": reward, "sim_reward_se": 0.001,
+                             "sim_dp_gap": gap, "sim_dp_gap_se": 0.01, "sim_eo_gap": -gap, "sim_eo_gap_se": 0.01})
+    pd.DataFrame(rows).to_parquet(tmp_path / "study.parquet")
+    text = tables(tmp_path)
+    assert text.count("| race-blind | 0.080000 |") == 2 and "| 0.2700 |" in text
+    assert text.count("- holds:") == 14 and "FAILS" not in text

@@ -43,7 +43,7 @@ def tables(folder: str | Path, epsilon: float = 0.1) -> str:
             gap, se = f"exact_{constraint}_gap", f"sim_{constraint}_gap"
             out.append(f"**gamma = {gamma}, {'demographic parity' if constraint == 'dp' else 'equal opportunity'}**\n")
             out.append("| policy | reward <Lambda,R> (exact) | simulated reward | constraint value (exact) "
-                       "| simulated |gap| |")
+                       "| simulated abs(gap) |")
             out.append("|---|---:|---:|---:|---:|")
             rows = {}
             for title, name, params in ROWS:
