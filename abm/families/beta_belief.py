@@ -260,6 +260,10 @@ class World:
         if self._done:
             self._new_cohort()
         ids = np.arange(len(self.cols["group"]), dtype=np.int64)
+        alpha, beta = self.belief()
+        # the potential outcome of this epoch's application (used if approved; the gym adapter's
+        # true outcome): repaid with probability alpha / (alpha + beta), as the MDP
+        self.cols["outcome"] = self.outcome_rng.random(len(ids)) < alpha / (alpha + beta)
         self.model.submit_many(np.full(len(ids), self.env.now), ids)
         counts = np.bincount(self.cols["group"], minlength=2)
         for store in (self.cum, self.ep):
@@ -287,7 +291,20 @@ class World:
 
     @property
     def bank_reward_total(self) -> float:
-        return self.profit_total
+        """The MDP's reward summed over decisions (the gym adapter's reward is its increase)."""
+        return self.reward_total
+
+    def true_outcome(self, idx) -> np.ndarray:
+        return self.cols["outcome"][idx]
+
+    @property
+    def obs_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        p = self.params
+        h, t = float(p.horizon), float(max(p.presimulation_steps))
+        low = np.array([0, 0, 0, 0, 0, 0, min(p.prior_alpha), min(p.prior_beta), 0.0])
+        high = np.array([1, 1, h, t + h, t + h, h, max(p.prior_alpha) + t + h,
+                         max(p.prior_beta) + t + h * max(1.0, p.reject_penalty), 1.0])
+        return low, high
 
     def apply_decisions(self, idx, approved, probs, obs) -> None:
         c, p = self.cols, self.params
@@ -304,7 +321,7 @@ class World:
         c["step"][idx] += 1
         c["rejections"][idx[~approved]] += 1
         won = idx[approved]
-        repaid = self.outcome_rng.random(len(won)) < (alpha / (alpha + beta))[approved]
+        repaid = c["outcome"][won]
         c["offers"][won] += 1
         c["repayments"][won[repaid]] += 1
         c["defaults"][won[~repaid]] += 1
