@@ -29,12 +29,17 @@ class OneStepPredictor(Policy):
         self.threshold = 1.0 / (1.0 + context.tau_interest)  # p_repay above this -> profit > 0
         self._x: list[np.ndarray] = []
         self._y: list[np.ndarray] = []
-        self.model: LogisticRegression | None = None
+        # standardised features and a warm start: the refit on the growing outcome set converges
+        # in a few iterations (on raw features with constant columns lbfgs ran to max_iter)
+        self.model = LogisticRegression(C=self.params.regularisation, max_iter=500, warm_start=True)
+        self.fitted = False
+        self.center = self.scale = None
         self.constant: float | None = None  # repayment rate when outcomes are one-class
 
     def predict_repay(self, obs: np.ndarray) -> np.ndarray:
-        if self.model is not None:
-            return self.model.predict_proba(obs)[:, 1]
+        if self.fitted:
+            z = (obs - self.center) / self.scale @ self.model.coef_[0] + self.model.intercept_[0]
+            return 1.0 / (1.0 + np.exp(-z))
         if self.constant is not None:
             return np.full(len(obs), self.constant)
         return np.ones(len(obs))  # nothing observed yet: optimistic
@@ -53,10 +58,14 @@ class OneStepPredictor(Policy):
         self._x, self._y = [x], [y]
         k = self.params.prior_strength
         if y.min() == y.max():
-            self.model = None
+            self.fitted = False
             self.constant = (y.sum() + k) / (len(y) + 2 * k)
         else:
-            self.model = LogisticRegression(C=self.params.regularisation, max_iter=500).fit(x, y)
+            self.center = x.mean(axis=0)
+            scale = x.std(axis=0)
+            self.scale = np.where(scale > 1e-12, scale, 1.0)  # constant columns stay constant
+            self.model.fit((x - self.center) / self.scale, y)
+            self.fitted = True
 
     def state(self):
         n = int(sum(len(y) for y in self._y))
