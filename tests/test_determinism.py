@@ -38,7 +38,8 @@ REPEATS = {
     "fico": ("fico-delayed-impact.yaml", ["population.size=300", "episodes.count=2", "episodes.horizon=300"]),
     "admissions": ("admissions.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=60",
                                        "policy.burn_in=20"]),
-    "beta_belief": ("beta-belief-loans.yaml", ["population.size=100", "episodes.count=2", "episodes.horizon=10"]),
+    "beta_belief": ("beta-belief-loans.yaml", ["population.size=100", "episodes.count=2", "episodes.horizon=10",
+                                               "outputs.events=true"]),
     "eutopia-rl": ("eutopia.yaml", ["population.n_male=100", "population.n_female=100", "episodes.count=3",
                                     "policy.name=rl", "objective=outcome:social_welfare"]),
 }
