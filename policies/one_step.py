@@ -29,8 +29,7 @@ class OneStepPredictor(Policy):
         self.threshold = 1.0 / (1.0 + context.tau_interest)  # p_repay above this -> profit > 0
         self._x: list[np.ndarray] = []
         self._y: list[np.ndarray] = []
-        # standardised features and a warm start: the refit on the growing outcome set converges
-        # in a few iterations (on raw features with constant columns lbfgs ran to max_iter)
+        # a warm start: the refit on the growing outcome set starts from the last solution
         self.model = LogisticRegression(C=self.params.regularisation, max_iter=500, warm_start=True)
         self.fitted = False
         self.center = self.scale = None
@@ -61,10 +60,10 @@ class OneStepPredictor(Policy):
             self.fitted = False
             self.constant = (y.sum() + k) / (len(y) + 2 * k)
         else:
-            self.center = x.mean(axis=0)
-            scale = x.std(axis=0)
-            self.scale = np.where(scale > 1e-12, scale, 1.0)  # constant columns stay constant
-            self.model.fit((x - self.center) / self.scale, y)
+            # raw observation scale (the penalty C acts on it: a strong prior towards the base rate,
+            # which is right here since no feature predicts Loanly's latent defaults)
+            self.center, self.scale = np.zeros(x.shape[1]), np.ones(x.shape[1])
+            self.model.fit(x, y)
             self.fitted = True
 
     def state(self):
