@@ -11,17 +11,16 @@ otherwise; admitted applicants leave the pool for good. See docs/MODEL.md.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator, model_validator
 
-from abm.config import EpisodesConfig, ScenarioBase, Section
+from abm.config import Section
 from abm.errors import InvariantError
 from abm.eventlog import EventKind
 from abm.families import steps
-from abm.families.credit_score import fill_episodes
 
 OBS_FIELDS = ("test_score", "group")
 SEED_SUCCESS_PROBS = tuple(round(0.1 * k, 1) for k in range(10))  # Table 4
@@ -82,19 +81,14 @@ class AdmissionsRewards(Section):
     reject_success: float = Field(-1.0, ge=-1e6, le=1e6, description="r-: rejecting an applicant who would succeed.")
 
 
-class Scenario(ScenarioBase):
+class Scenario(steps.StepScenario):
+    default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     family: Literal["admissions"] = "admissions"
     population: AdmissionsPopulation = Field(default_factory=AdmissionsPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)
     dynamics: AdmissionsDynamics = Field(default_factory=AdmissionsDynamics)
     observation: AdmissionsObservation = Field(default_factory=AdmissionsObservation)
     bank: AdmissionsRewards = Field(default_factory=AdmissionsRewards)
-    episodes: EpisodesConfig = Field(default_factory=lambda: EpisodesConfig(**DEFAULT_EPISODES))
-
-    @model_validator(mode="before")
-    @classmethod
-    def _episodes(cls, data: Any) -> Any:
-        return fill_episodes(data, DEFAULT_EPISODES)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from abm.config import EpisodesConfig, ScenarioBase, Section
+from abm.config import Section
 from abm.errors import InvariantError
 from abm.eventlog import EventKind
 from abm.families import steps
 from abm.families.beta_belief_cohorts import Pool, draw_cohort, fit_fico_priors
-from abm.families.credit_score import fill_episodes
 from policies.fair_mdp.lookup import OBS_FIELDS, state_observations
 from policies.fair_mdp.mdp import LoanMDPParams, bank_reward, build_loan_mdp
 
@@ -94,18 +93,13 @@ class BeliefEvaluation(Section):
                                           "columns; builds the MDP, ~2 s at the defaults).")
 
 
-class Scenario(ScenarioBase):
+class Scenario(steps.StepScenario):
+    default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     family: Literal["beta_belief"] = "beta_belief"
     population: BeliefPopulation = Field(default_factory=BeliefPopulation)
     dynamics: BeliefDynamics = Field(default_factory=BeliefDynamics)
     bank: BeliefBank = Field(default_factory=BeliefBank)
     evaluation: BeliefEvaluation = Field(default_factory=BeliefEvaluation)
-    episodes: EpisodesConfig = Field(default_factory=lambda: EpisodesConfig(**DEFAULT_EPISODES))
-
-    @model_validator(mode="before")
-    @classmethod
-    def _episodes(cls, data: Any) -> Any:
-        return fill_episodes(data, DEFAULT_EPISODES)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":

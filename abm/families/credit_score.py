@@ -12,13 +12,13 @@ ml-fairness-gym's (seed 002's Figure 4 gives no numbers). See docs/MODEL.md.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 from scipy.stats import norm
 
-from abm.config import EpisodesConfig, ScenarioBase, Section
+from abm.config import Section
 from abm.families import steps
 from abm.families.score_lending import ObservationDynamics, Population, ScoreLendingWorld, check_observation_lengths
 
@@ -103,28 +103,14 @@ class CreditBank(Section):
     reward_default: float = Field(-1.0, ge=-1e6, le=1e6, description="-r-: bank reward when a loan defaults.")
 
 
-def fill_episodes(data: Any, defaults: dict) -> Any:
-    """A partial ``episodes`` section keeps the family's defaults for the keys it omits."""
-    if isinstance(data, dict):
-        given = data.get("episodes")
-        data = {**data, "episodes": {**defaults, **given} if isinstance(given, dict) else
-                (given if given is not None else dict(defaults))}
-    return data
-
-
-class Scenario(ScenarioBase):
+class Scenario(steps.StepScenario):
+    default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     family: Literal["credit_score"] = "credit_score"
     population: CreditPopulation = Field(default_factory=CreditPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)
     dynamics: CreditDynamics = Field(default_factory=CreditDynamics)
     observation: ObservationDynamics = Field(default_factory=ObservationDynamics)
     bank: CreditBank = Field(default_factory=CreditBank)
-    episodes: EpisodesConfig = Field(default_factory=lambda: EpisodesConfig(**DEFAULT_EPISODES))
-
-    @model_validator(mode="before")
-    @classmethod
-    def _episodes(cls, data: Any) -> Any:
-        return fill_episodes(data, DEFAULT_EPISODES)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":

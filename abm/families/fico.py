@@ -11,15 +11,14 @@ Between table scores P(repay) is interpolated linearly. See docs/MODEL.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from abm.config import EpisodesConfig, ScenarioBase, Section
+from abm.config import Section
 from abm.data import load_fico
 from abm.families import steps
-from abm.families.credit_score import fill_episodes
 from abm.families.score_lending import ObservationDynamics, Population, ScoreLendingWorld, check_observation_lengths
 
 SCORE_MIN, SCORE_MAX = 300.0, 850.0
@@ -107,19 +106,14 @@ class FicoBank(Section):
     utility_default: float = Field(-4.0, ge=-1e6, le=1e6, description="u-: bank utility of a default (Liu et al.: -4 or -10).")
 
 
-class Scenario(ScenarioBase):
+class Scenario(steps.StepScenario):
+    default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     family: Literal["fico"] = "fico"
     population: FicoPopulation = Field(default_factory=FicoPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)
     dynamics: FicoDynamics = Field(default_factory=FicoDynamics)
     observation: ObservationDynamics = Field(default_factory=ObservationDynamics)
     bank: FicoBank = Field(default_factory=FicoBank)
-    episodes: EpisodesConfig = Field(default_factory=lambda: EpisodesConfig(**DEFAULT_EPISODES))
-
-    @model_validator(mode="before")
-    @classmethod
-    def _episodes(cls, data: Any) -> Any:
-        return fill_episodes(data, DEFAULT_EPISODES)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 from scipy.stats import wasserstein_distance
 
-from abm.config import EpisodesConfig, Section
+from abm.config import EpisodesConfig, ScenarioBase, Section
 
 # Eutopia's rules read wealth and Loanly labels; on these families they have seed-002 twins.
 EUTOPIA_ONLY = {
@@ -160,3 +160,20 @@ def unit_step_arrivals(world, pick: Callable[[np.random.Generator], int | None],
             if immediate:
                 yield from model.review()
         yield env.timeout(rng.exponential(1.0) if poisson else 1.0)
+
+
+class StepScenario(ScenarioBase):
+    """Base of the one-applicant-per-step families: their episodes section defaults to the
+    family's ``default_episodes``, and a partial section keeps those defaults for omitted keys."""
+
+    default_episodes: ClassVar[dict[str, Any]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _episodes(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            given = data.get("episodes")
+            defaults = cls.default_episodes
+            data = {**data, "episodes": {**defaults, **given} if isinstance(given, dict) else
+                    (given if given is not None else dict(defaults))}
+        return data
