@@ -8,7 +8,10 @@ run it expands to (each run is a fully resolved scenario, checked like a scenari
 
 Identity. A *configuration* is a resolved scenario without its seed; its id is a hash of that
 data. A run is a configuration plus a replicate key ``r``; its id is ``<policy>-<config id>-r<r>``
-and its seed comes from ``numpy.random.SeedSequence(study_seed, spawn_key=(config id words, r))``.
+and its seed comes from ``numpy.random.SeedSequence(study_seed, spawn_key=(config id words, r))``,
+or, with ``study.common_seeds: true``, from ``SeedSequence(study_seed, spawn_key=(r,))`` alone, so
+replicate r of every configuration shares its seed (common random numbers; the id then ends
+``-cr<r>`` so the two schemes never share a folder).
 Neither depends on grid order, worker count or completion order, so a study can be extended
 (more seeds, more grid values) and rerun without recomputing what is already finished.
 
@@ -152,6 +155,10 @@ class StudyHeader(Section):
                                  description="Episodes per run (sets episodes.count of every run).")
     seeds: int | list[int] = Field(1, description="Replicates per configuration: a count, or a list of replicate keys.")
     description: str = Field("", max_length=2000, description="Free text: what the study is for.")
+    common_seeds: bool = Field(False, description=(
+        "Common random numbers: replicate r of every configuration gets the same seed (so the same "
+        "population and the same stream roots), which pairs the comparisons between configurations. "
+        "Off: each run's seed is keyed by its configuration too."))
 
     @field_validator("seeds")
     @classmethod
@@ -260,9 +267,10 @@ def configuration_id(resolved: dict[str, Any]) -> str:
     return hashlib.sha256(_canon(data).encode()).hexdigest()[:16]
 
 
-def derive_seed(study_seed: int, config_id: str, replicate: int) -> int:
-    """The run's scenario seed: SeedSequence(study_seed) keyed by (config id, replicate)."""
-    words = tuple(int(config_id[i:i + 8], 16) for i in range(0, len(config_id), 8))
+def derive_seed(study_seed: int, config_id: str | None, replicate: int) -> int:
+    """The run's scenario seed: SeedSequence(study_seed) keyed by (config id, replicate), or by the
+    replicate alone (``config_id=None``: common random numbers across configurations)."""
+    words = () if config_id is None else tuple(int(config_id[i:i + 8], 16) for i in range(0, len(config_id), 8))
     state = np.random.SeedSequence(study_seed, spawn_key=(*words, int(replicate))).generate_state(1, np.uint64)
     return int(state[0]) & MAX_SEED
 
@@ -338,8 +346,9 @@ def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
                                "objective": resolved.get("objective") or "none"}
                     columns.update({k: _column_value(v) for k, v in point.items()})
                     for r in replicates:
-                        seed = derive_seed(doc.study.seed, config_id, r)
-                        run_id = f"{resolved['policy']['name']}-{config_id[:12]}-r{r}"
+                        seed = derive_seed(doc.study.seed, None if doc.study.common_seeds else config_id, r)
+                        tag = "cr" if doc.study.common_seeds else "r"  # a different seed is a different run
+                        run_id = f"{resolved['policy']['name']}-{config_id[:12]}-{tag}{r}"
                         if run_id in by_id:
                             old = by_id[run_id]
                             if group not in old.groups:

@@ -70,6 +70,24 @@ def serial_study(tmp_path_factory):
 # Study files, ids and seeds
 
 
+def test_common_seeds_pair_replicates_across_configurations():
+    keyed = study_from_dict(tiny_doc(study__seeds=2), "keyed")
+    common = study_from_dict(tiny_doc(study__seeds=2, study__common_seeds=True), "common")
+    assert len({r.seed for r in keyed.runs}) == 8  # default: every run its own seed
+    by_rep = {}
+    for spec in common.runs:
+        assert spec.run_id.endswith(f"-cr{spec.replicate}") and spec.seed == derive_seed(11, None, spec.replicate)
+        by_rep.setdefault(spec.replicate, set()).add(spec.seed)
+    assert {k: len(v) for k, v in by_rep.items()} == {0: 1, 1: 1} and by_rep[0] != by_rep[1]
+    assert not {r.run_id for r in common.runs} & {r.run_id for r in keyed.runs}  # never share a folder
+    from abm.config import validate_scenario_dict
+    from abm.population import generate_population
+
+    a, b = (s for s in common.runs if s.replicate == 0 and s.columns["policy"] == "approve_all")
+    pop_a, pop_b = (generate_population(validate_scenario_dict(s.scenario, "t")) for s in (a, b))
+    pd.testing.assert_frame_equal(pop_a, pop_b)  # the same applicants for both configurations
+
+
 def test_smoke_study_is_small_and_every_run_is_a_valid_scenario():
     study = load_study(SMOKE)
     assert study.name == "smoke" and len(study.runs) == 8 and study.configurations == 4
