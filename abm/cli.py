@@ -84,8 +84,10 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
         report: bool = typer.Option(False, "--report", help="Also render the report (PNG + tables)."),
         load: Optional[Path] = typer.Option(None, "--load", help="Start the policy from a checkpoint (a .pt, its folder or a run folder)."),
         save: Optional[Path] = typer.Option(None, "--save", help="Also copy the trained policy's checkpoint here (.pt or folder)."),
+        recompute: bool = typer.Option(False, "--recompute", help="Run again even if an identical run is complete "
+                                       "(the old folder is kept beside it)."),
         quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
-    """Simulate a scenario and write a run folder."""
+    """Simulate a scenario and write a run folder (an identical complete run by the same code is reused)."""
     from abm.config import load_scenario
     from abm.progress import episode_progress
     from abm.runner import run_to_folder
@@ -96,7 +98,8 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
 
         sc = attach_checkpoint(sc, load)
     with episode_progress(sc.episodes.count, f"{sc.name} / {sc.policy.name}", quiet=quiet) as advance:
-        folder, computed = run_to_folder(sc, out, on_episode=advance)
+        folder, computed = run_to_folder(sc, out, on_episode=advance, reuse=not recompute,
+                                         notify=lambda line: typer.echo(line, err=True))
     from abm.report import print_run_summary, render_run
 
     print_run_summary(folder, _console())
@@ -159,6 +162,8 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
                                                 "0: in this process, no Dask)."),
           out: Optional[Path] = typer.Option(None, help="Study folder (default: outputs/studies/<name>)."),
           retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun runs that failed before."),
+          recompute_stale: bool = typer.Option(False, "--recompute-stale", help="Rerun finished runs computed by "
+                                               "other code (their folders are kept beside)."),
           set_: List[str] = typer.Option([], "--set", help="Override a study-file field dotted.path=value."),
           report: bool = typer.Option(False, "--report", help="Also render the study report."),
           quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
@@ -167,7 +172,7 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
 
     spec = load_study(study_file, list(set_))
     outcome = run_study(spec, out or Path("outputs") / "studies" / spec.name, scheduler=scheduler, workers=workers,
-                        retry_failed=retry_failed, quiet=quiet)
+                        retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet)
     for run_id, error in outcome.failures.items():
         typer.echo(f"failed: {run_id}: {error}", err=True)
     typer.echo(outcome.summary_line(spec.name))

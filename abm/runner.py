@@ -3,6 +3,7 @@
 The folder is written under a temporary name beside its final name and renamed only once
 every file is complete, so a crash never leaves a folder that looks finished. A run whose
 final folder already exists (same config hash) is not recomputed: nothing computed is lost.
+A complete folder computed by other code (``abm.provenance``) is set aside, not overwritten.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import yaml
 from abm import __version__
 from abm.config import config_hash, scenario_to_dict
 from abm.errors import InvariantError, UserError
+from abm.provenance import code_fingerprint, is_stale, recorded_fingerprint, set_aside
 
 COMPLETE_MARKER = "summary.json"  # written last: its presence means the folder is complete
 
@@ -108,8 +110,17 @@ def execute(scenario, *, on_episode: Callable[[dict], None] | None = None, polic
 
 
 def run_to_folder(scenario, out_root: str | Path | None = None, *, on_episode=None,
-                  reuse: bool = True, policy=None, name: str | None = None) -> tuple[Path, bool]:
-    """Run ``scenario`` into ``out_root/<run name>``. Returns (folder, computed_now)."""
+                  reuse: bool = True, policy=None, name: str | None = None, stale: str = "recompute",
+                  notify: Callable[[str], None] | None = None) -> tuple[Path, bool]:
+    """Run ``scenario`` into ``out_root/<run name>``. Returns (folder, computed_now).
+
+    A complete folder of the same name is reused when ``reuse`` and it was computed by this code
+    (or by code of unknown fingerprint). One computed by other code is set aside and recomputed
+    (``stale="recompute"``) or reused (``stale="reuse"``). ``reuse=False`` sets any complete
+    folder aside and recomputes. ``notify`` receives a line whenever a folder is set aside or a
+    stale one reused."""
+    if stale not in ("recompute", "reuse"):
+        raise ValueError(f"stale must be 'recompute' or 'reuse', got {stale!r}")
     root = Path(out_root or scenario.outputs.root)
     created = _first_missing(root)  # removed again if the run fails: a failed run leaves no folder
     try:
@@ -117,7 +128,7 @@ def run_to_folder(scenario, out_root: str | Path | None = None, *, on_episode=No
     except OSError as exc:
         raise UserError(f"{root}: cannot create output folder ({exc.strerror})") from None
     try:
-        return _run_into(root, scenario, on_episode, reuse, policy, name)
+        return _run_into(root, scenario, on_episode, reuse, policy, name, stale, notify or (lambda line: None))
     except BaseException:
         if created is not None:
             _remove_empty_tree(created, root)
@@ -145,10 +156,19 @@ def _remove_empty_tree(top: Path, leaf: Path) -> None:
             return
 
 
-def _run_into(root: Path, scenario, on_episode, reuse: bool, policy, name: str | None) -> tuple[Path, bool]:
+def _run_into(root: Path, scenario, on_episode, reuse: bool, policy, name: str | None, stale: str,
+              notify: Callable[[str], None]) -> tuple[Path, bool]:
     final = safe_child(root, name or run_name(scenario))
-    if is_complete(final) and reuse:
-        return final, False
+    if is_complete(final):
+        old = recorded_fingerprint(final)
+        if reuse and not is_stale(final):
+            return final, False
+        if reuse and stale == "reuse":
+            notify(f"{final}: computed by other code (fingerprint {old}, now {code_fingerprint()}); reused")
+            return final, False
+        why = "computed by other code" if reuse else "recomputing on request"
+        notify(f"{final}: {why} (fingerprint {old or 'unknown'}, now {code_fingerprint()}); "
+               f"the old folder is kept as {set_aside(final).name}")
     if final.exists() and not is_complete(final):
         raise UserError(f"{final} exists but is not a complete run folder; move it away first")
     tmp = safe_child(root, f".tmp-{final.name}-{uuid.uuid4().hex[:8]}")
@@ -188,6 +208,7 @@ def write_folder(folder: Path, scenario, sim, episodes: pd.DataFrame, events: pd
         "objective": scenario.objective,
         "seed": scenario.seed,
         "config_hash": config_hash(scenario),
+        "code_fingerprint": code_fingerprint(),
         "episodes": int(len(episodes)),
         "events": int(sim.log.count),
         "final": {k: _jsonable(v) for k, v in final.items()},

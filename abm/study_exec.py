@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from abm.errors import UserError
+from abm.provenance import is_stale, set_aside
 from abm.runner import is_complete
 from abm.study import RunSpec, Study
 
@@ -51,6 +52,8 @@ class StudyOutcome:
     total: int
     succeeded: int = 0  # computed by this call
     skipped: int = 0  # already finished before this call
+    stale: int = 0  # of ``skipped``: computed by other code (abm.provenance), kept
+    recomputed_stale: int = 0  # stale runs set aside and queued again (--recompute-stale)
     failed: int = 0  # failed in this call, plus earlier failures not retried
     failed_before: int = 0  # of ``failed``: earlier failures left alone (no --retry-failed)
     wall_s: float = 0.0
@@ -59,8 +62,11 @@ class StudyOutcome:
 
     def summary_line(self, name: str) -> str:
         before = f" ({self.failed_before} from earlier; --retry-failed reruns them)" if self.failed_before else ""
+        stale = (f"; {self.stale} of the skipped were computed by other code (--recompute-stale reruns them)"
+                 if self.stale else "")
+        again = f"; {self.recomputed_stale} stale runs set aside and recomputed" if self.recomputed_stale else ""
         return (f"study {name}: {self.total} runs: {self.succeeded} succeeded, {self.skipped} skipped, "
-                f"{self.failed} failed{before} in {self.wall_s:.1f}s [{self.backend}] -> {self.folder}")
+                f"{self.failed} failed{before} in {self.wall_s:.1f}s [{self.backend}]{stale}{again} -> {self.folder}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,7 +96,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         scenario = validate_scenario_dict(task["scenario"], f"run {run_id}")
-        run_to_folder(scenario, runs_dir, name=run_id, reuse=True)
+        run_to_folder(scenario, runs_dir, name=run_id, reuse=True, stale="reuse")  # run_study decides on stale runs
     except Exception as exc:  # a failing run is data for the study, not a reason to stop it
         for leftover in runs_dir.glob(f".tmp-{run_id}-*"):
             shutil.rmtree(leftover, ignore_errors=True)
@@ -237,7 +243,7 @@ def write_manifest(study: Study, folder: Path) -> None:
 
 
 def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None, workers: int | None = None,
-              client=None, retry_failed: bool = False, quiet: bool = False,
+              client=None, retry_failed: bool = False, recompute_stale: bool = False, quiet: bool = False,
               on_result: Callable[[dict], None] | None = None, aggregate: bool = True) -> StudyOutcome:
     """Run every unfinished run of ``study`` into ``out_dir``; aggregate; return the counts."""
     started = time.perf_counter()
@@ -259,9 +265,15 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
         todo: list[RunSpec] = []
         for spec in study.runs:
             record = failed_dir / f"{spec.run_id}.json"
-            if is_complete(runs_dir / spec.run_id):
+            run_dir = runs_dir / spec.run_id
+            if is_complete(run_dir) and is_stale(run_dir) and recompute_stale:
+                set_aside(run_dir)  # kept beside as <id>.stale-<fingerprint>; the manifest no longer names it
+                outcome.recomputed_stale += 1
+                todo.append(spec)
+            elif is_complete(run_dir):
                 record.unlink(missing_ok=True)
                 outcome.skipped += 1
+                outcome.stale += is_stale(run_dir)
             elif record.is_file() and not retry_failed:
                 outcome.failed += 1
                 outcome.failed_before += 1

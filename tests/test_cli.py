@@ -38,6 +38,11 @@ def test_run_inspect_report(cli, tmp_path):
     assert res.returncode == 0 and "oracle" in res.stdout
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["policy"] == "random"
+    res = cli("run", "scenarios/eutopia.yaml", "--policy", "random", "--out", str(tmp_path), *SMALL)
+    assert res.returncode == 0 and "reused, nothing recomputed" in res.stdout
+    res = cli("run", "scenarios/eutopia.yaml", "--policy", "random", "--out", str(tmp_path), "--recompute", *SMALL)
+    assert res.returncode == 0 and "recomputing on request" in res.stderr and "reused" not in res.stdout
+    assert [p.name for p in tmp_path.iterdir() if ".stale-" in p.name] == [f"{folder.name}.stale-{summary['code_fingerprint']}"]
 
 
 def test_bad_inputs_exit_2_one_line(cli, tmp_path):

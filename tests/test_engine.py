@@ -141,3 +141,26 @@ def test_run_folder_contract(tmp_path, eutopia_small):
     again, computed = run_to_folder(eutopia_small(), tmp_path)
     assert again == folder and not computed
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_a_run_computed_by_other_code_is_set_aside_not_reused(tmp_path, eutopia_small):
+    from abm.provenance import code_fingerprint
+
+    folder, computed = run_to_folder(eutopia_small(), tmp_path)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert computed and summary["code_fingerprint"] == code_fingerprint()
+    summary["code_fingerprint"] = "0123456789ab"  # as if an older version of the code had computed it
+    (folder / "summary.json").write_text(json.dumps(summary))
+    lines = []
+    kept, computed = run_to_folder(eutopia_small(), tmp_path, stale="reuse", notify=lines.append)
+    assert kept == folder and not computed and "other code" in lines[-1]  # a study's choice: keep it
+    again, computed = run_to_folder(eutopia_small(), tmp_path, notify=lines.append)
+    assert again == folder and computed and "stale-0123456789ab" in lines[-1]
+    aside = tmp_path / f"{folder.name}.stale-0123456789ab"
+    assert json.loads((aside / "summary.json").read_text())["code_fingerprint"] == "0123456789ab"  # nothing lost
+    assert json.loads((folder / "summary.json").read_text())["code_fingerprint"] == code_fingerprint()
+    pd.testing.assert_frame_equal(pd.read_parquet(aside / "episodes.parquet"), pd.read_parquet(folder / "episodes.parquet"))
+    # --recompute: runs again even with the same code, and keeps the old folder too
+    again, computed = run_to_folder(eutopia_small(), tmp_path, reuse=False, notify=lines.append)
+    assert computed and "on request" in lines[-1]
+    assert len([p for p in tmp_path.iterdir() if ".stale-" in p.name]) == 2

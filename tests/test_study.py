@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -201,6 +202,22 @@ def test_rerun_skips_finished_runs_and_the_folder_is_locked(serial_study, tmp_pa
     with _locked(serial_dir):
         with pytest.raises(UserError, match="another study"):
             run_study(study, serial_dir, workers=0, quiet=True)
+
+
+def test_stale_runs_are_kept_and_counted_until_recompute_stale(serial_study, tmp_path):
+    study, serial_dir, _ = serial_study
+    folder = tmp_path / "copy"
+    shutil.copytree(serial_dir, folder)
+    old = folder / "runs" / study.runs[0].run_id
+    summary = json.loads((old / "summary.json").read_text())
+    (old / "summary.json").write_text(json.dumps({**summary, "code_fingerprint": "0123456789ab"}))
+    kept = run_study(study, folder, workers=0, quiet=True)
+    assert (kept.succeeded, kept.skipped, kept.stale) == (0, 4, 1) and "--recompute-stale" in kept.summary_line("t")
+    redone = run_study(study, folder, workers=0, quiet=True, recompute_stale=True)
+    assert (redone.succeeded, redone.skipped, redone.stale, redone.recomputed_stale) == (1, 3, 0, 1)
+    assert (folder / "runs" / f"{old.name}.stale-0123456789ab" / "summary.json").is_file()  # nothing lost
+    assert event_digest(old) == event_digest(serial_dir / "runs" / old.name)  # the same code, the same run
+    assert len(pd.read_parquet(folder / "study.parquet")["run_id"].unique()) == 4  # the set-aside one is not counted
 
 
 def test_failing_run_is_recorded_and_the_others_finish(tmp_path):
