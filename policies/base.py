@@ -9,6 +9,7 @@ scoring head applicants self-select on) returns ``(theta_g, theta_x, bias)`` fro
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,7 +22,7 @@ class NoParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
-class Policy:
+class Policy(abc.ABC):
     """Base class of every decision module."""
 
     name: ClassVar[str] = ""
@@ -55,8 +56,9 @@ class Policy:
             raise InvariantError(f"invariant 'decision probabilities in [0, 1]' broken by policy {self.name!r}")
         return probs
 
-    def _decide(self, obs: np.ndarray, info: Any) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _decide(self, obs: np.ndarray, info: Any) -> np.ndarray:
+        """Approval probabilities for the rows of ``obs`` (validated by ``decide``)."""
 
     # hooks ----------------------------------------------------------------------------------
     def on_decisions(self, obs: np.ndarray, info: Any, probs: np.ndarray, approved: np.ndarray) -> None:

@@ -6,6 +6,8 @@ per-group wealth thresholds from the current population (recomputed at each epis
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 from pydantic import Field
 
@@ -104,8 +106,9 @@ class _GroupThresholds(Policy):
             # (1 - rate) quantile of wealth, weighted by each member's application propensity
             self.thresholds[g] = weighted_quantile(cols["wealth"][rows], cols["weight"][rows], 1.0 - self._rate())
 
-    def _rate(self) -> float:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _rate(self) -> float:
+        """The share of each group's expected applicants to approve."""
 
     def _decide(self, obs, info):
         from abm.families.eutopia import WEALTH_SCALE

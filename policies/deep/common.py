@@ -13,6 +13,7 @@ saves the model into the run folder (``policy/model.zip`` + ``policy/config.json
 
 from __future__ import annotations
 
+import abc
 import json
 from collections import deque
 from pathlib import Path
@@ -121,8 +122,9 @@ class DeepPolicy(Policy):
 
         return AbmEnv(scenario, sim_episodes=self.params.sim_episodes or scenario.episodes.count)
 
-    def build_model(self, env):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def build_model(self, env):
+        """The Stable-Baselines3 model trained on ``env``."""
 
     def train(self, scenario) -> None:
         env = self.make_env(scenario)
@@ -134,8 +136,9 @@ class DeepPolicy(Policy):
         self.model.learn(total_timesteps=self.params.total_timesteps)
 
     # -- deciding -------------------------------------------------------------------------
-    def approve_prob(self, obs: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def approve_prob(self, obs: np.ndarray) -> np.ndarray:
+        """P(approve) per observation row under the trained model."""
 
     def _decide(self, obs: np.ndarray, info: Any) -> np.ndarray:
         if self.model is None:

@@ -10,6 +10,7 @@ coefficient), "Anneal learning rate: True" -> a linear schedule from 5e-5 to 0.
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar
 
 import numpy as np
@@ -88,8 +89,9 @@ class FairPPOLender(PPOLender):
 
     algorithm: ClassVar[type] = AdjustedPPO
 
-    def make_adjuster(self, env):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def make_adjuster(self, env):
+        """The advantage adjuster of this fair PPO variant."""
 
     def build_model(self, env):
         model = super().build_model(env)

@@ -16,6 +16,7 @@ context's ``mdp``) and ``decide`` looks the applicant's state up in the solved t
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Literal
 
@@ -46,8 +47,9 @@ class _TablePolicy(Policy):
         self.table = np.clip(np.asarray(self.solve(), dtype=float), 0.0, 1.0)
         self.fields = [self.obs_index[f] for f in ("group", "qualified", "repayments", "defaults", "rejections")]
 
-    def solve(self) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def solve(self) -> np.ndarray:
+        """The decision table over the MDP's states."""
 
     def states(self, obs: np.ndarray) -> np.ndarray:
         return self.index(*(obs[:, i] for i in self.fields))
