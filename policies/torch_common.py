@@ -30,6 +30,28 @@ CHECKPOINT_FILE = "checkpoint.pt"
 NEEDED_FIELDS = ("wealth", "group", "intensity_M", "intensity_F", "approval_score", "theta_g", "theta_x")
 
 
+DEVICE_ENV = "ABM_TORCH_DEVICE"
+
+
+def torch_device() -> str:
+    """The torch device of the Stable-Baselines3 lenders' networks: ``cpu`` unless the environment
+    variable ``ABM_TORCH_DEVICE`` says ``auto`` (CUDA when present, else CPU) or names a device
+    (``cuda``, ``cuda:1``). An execution choice like the worker count, so not part of a run's
+    configuration; the project never needs a GPU (its networks are small; CPU is the default)."""
+    want = os.environ.get(DEVICE_ENV, "").strip() or "cpu"
+    if want == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(want)
+    except RuntimeError:
+        raise UserError(f"{DEVICE_ENV}={want!r}: not a torch device (cpu, cuda, cuda:N or auto)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"{DEVICE_ENV}={want!r}: CUDA is not available on this machine (use cpu or auto)")
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"{DEVICE_ENV}={want!r}: only cpu and cuda devices are supported")
+    return str(device)
+
+
 def set_torch_threads() -> None:
     """One thread: the machines have two cores shared by everything else running."""
     torch.set_num_threads(1)

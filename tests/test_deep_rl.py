@@ -249,3 +249,32 @@ def test_abm_run_trains_evaluates_and_saves_the_model(cli, tmp_path):
     config = __import__("json").loads((folder / "policy" / "config.json").read_text())
     assert config["policy"] == "ppo" and config["params"]["total_timesteps"] == 256
     assert config["obs_fields"] == ["credit_score", "group", "repay_ratio", "default_ratio"]
+
+
+def test_torch_device_is_cpu_by_default_and_chosen_by_the_environment(monkeypatch):
+    import torch
+
+    from abm.errors import UserError
+    from policies.torch_common import DEVICE_ENV, torch_device
+
+    monkeypatch.delenv(DEVICE_ENV, raising=False)
+    assert torch_device() == "cpu"
+    monkeypatch.setenv(DEVICE_ENV, "auto")
+    assert torch_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+    for bad, why in (("gpu0", "not a torch device"), ("mps", "only cpu and cuda")):
+        monkeypatch.setenv(DEVICE_ENV, bad)
+        with pytest.raises(UserError, match=f"{DEVICE_ENV}=.*{why}"):
+            torch_device()
+    if not torch.cuda.is_available():
+        monkeypatch.setenv(DEVICE_ENV, "cuda")
+        with pytest.raises(UserError, match="CUDA is not available"):
+            torch_device()
+    monkeypatch.setenv(DEVICE_ENV, "auto")  # the chosen device is the model's, and deciding follows it
+    sc = load_scenario(SCENARIOS / "lending-credit.yaml",
+                       ["policy.name=ppo", "policy.total_timesteps=128", "policy.n_steps=64", "population.size=50",
+                        "episodes.count=1", "episodes.horizon=64"])
+    sim = Simulation(sc)
+    sim.run()
+    assert str(sim.policy.model.device).startswith(torch_device())
+    probs = sim.policy.decide(np.zeros((3, len(sim.policy.obs_fields))))
+    assert probs.shape == (3,) and np.all((probs >= 0) & (probs <= 1))

@@ -196,7 +196,7 @@ class DeepPolicy(Policy):
 
         self.model = self.build_model(AbmEnv(scenario))
         try:
-            self.model.set_parameters(str(folder / "model.zip"), exact_match=True, device="cpu")
+            self.model.set_parameters(str(folder / "model.zip"), exact_match=True, device=self.model.device)
         except Exception as exc:  # torch/zip/shape errors of a foreign or damaged file
             raise UserError(f"policy.model_path: {folder}: weights do not fit this policy "
                             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None

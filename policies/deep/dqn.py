@@ -19,6 +19,7 @@ from pydantic import Field
 from stable_baselines3 import DQN
 
 from policies.deep.common import DeepParams, DeepPolicy, linear_schedule
+from policies.torch_common import torch_device
 
 
 class DQNParams(DeepParams):
@@ -42,7 +43,7 @@ def dqn_kwargs(p: DQNParams) -> dict:
                 train_freq=p.train_freq, gradient_steps=p.gradient_steps,
                 target_update_interval=p.target_update_interval, exploration_fraction=p.exploration_fraction,
                 exploration_initial_eps=1.0, exploration_final_eps=p.exploration_final_eps,
-                policy_kwargs=dict(net_arch=[p.hidden], activation_fn=torch.nn.Tanh), device="cpu", verbose=0)
+                policy_kwargs=dict(net_arch=[p.hidden], activation_fn=torch.nn.Tanh), device=torch_device(), verbose=0)
 
 
 class DQNLender(DeepPolicy):
@@ -56,5 +57,5 @@ class DQNLender(DeepPolicy):
         return self.algorithm("MlpPolicy", env, seed=self.train_seed, **dqn_kwargs(self.params))
 
     def approve_prob(self, obs: np.ndarray) -> np.ndarray:
-        q = self.model.q_net(torch.as_tensor(obs, dtype=torch.float32))
+        q = self.model.q_net(torch.as_tensor(obs, dtype=torch.float32, device=self.model.device))
         return (q[:, 1] > q[:, 0]).float().cpu().numpy().astype(float)

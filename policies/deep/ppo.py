@@ -19,6 +19,7 @@ from pydantic import Field
 from stable_baselines3 import PPO
 
 from policies.deep.common import DecisionRecorder, DeepParams, DeepPolicy, linear_schedule, records_arrays
+from policies.torch_common import torch_device
 
 
 class PPOParams(DeepParams):
@@ -41,7 +42,7 @@ def ppo_kwargs(p: PPOParams) -> dict[str, Any]:
                 clip_range_vf=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
                 max_grad_norm=p.max_grad_norm, normalize_advantage=True,
                 policy_kwargs=dict(net_arch=dict(pi=[p.hidden], vf=[p.hidden]), activation_fn=torch.nn.Tanh),
-                device="cpu", verbose=0)
+                device=torch_device(), verbose=0)
 
 
 class PPOLender(DeepPolicy):
@@ -55,7 +56,7 @@ class PPOLender(DeepPolicy):
         return self.algorithm("MlpPolicy", env, seed=self.train_seed, **ppo_kwargs(self.params))
 
     def approve_prob(self, obs: np.ndarray) -> np.ndarray:
-        obs_t = torch.as_tensor(obs, dtype=torch.float32)
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.model.device)
         dist = self.model.policy.get_distribution(obs_t)
         return dist.distribution.probs[:, 1].cpu().numpy().astype(float)
 
