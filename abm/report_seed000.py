@@ -7,10 +7,17 @@ contributes its final-episode values. "Best" means: smallest |wealth gap|, inequ
 closest to 1 (parity), largest cumulative profit, largest social welfare. Social welfare is the
 mean over groups of the seed's R_g(t) = (mu_g(t) - mu_g(0)) / t (the episode rows'
 ``social_welfare_<g>``). ``abm report`` calls ``write_seed000_report`` for every study.
+
+A best entry is marked ``*`` when it is better than *every* other candidate of its row by a
+two-sided t-test at p < 0.05 on the per-run badness (|gap|, |ratio - 1|, -profit, -welfare):
+paired over seeds when the candidates' runs share their seeds (a study with
+``common_seeds: true``), Welch's otherwise; no correction for the several comparisons. With
+five seeds an unmarked "best" is a ranking of means, not a finding.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +67,42 @@ def _badness(rule: str, mean: float) -> float:
     return {"abs_min": abs(mean), "near_one": abs(mean - 1.0), "max": -mean}[rule]
 
 
+def _run_badness(rule: str, values: pd.Series) -> pd.Series:
+    x = values.astype(float).dropna()
+    return {"abs_min": x.abs(), "near_one": (x - 1.0).abs(), "max": -x}[rule]
+
+
+SIGNIFICANCE = 0.05
+
+
+def beats_all(win: pd.Series, others: list[pd.Series], rule: str) -> bool:
+    """True when the per-run badness ``win`` is lower than each of ``others`` at p < 0.05 (two-sided
+    t-test; paired when both are indexed by the same seeds, Welch otherwise)."""
+    from scipy import stats
+
+    a = _run_badness(rule, win)
+    if len(a) < 2 or not others:
+        return False
+    for values in others:
+        b = _run_badness(rule, values)
+        if len(b) < 2 or not a.mean() < b.mean():
+            return False
+        paired = len(a) == len(b) and a.index.is_unique and set(a.index) == set(b.index)
+        diff = (a - b.reindex(a.index)) if paired else None
+        if paired and np.allclose(diff, diff.iloc[0]):  # a constant difference: no variance to test
+            p = 0.0 if diff.iloc[0] < 0 else 1.0
+        elif np.ptp(a) == 0 and np.ptp(b) == 0 and not paired:  # two constant samples, different means
+            p = 0.0
+        else:
+            with warnings.catch_warnings():  # scipy warns on near-constant samples; the test stays valid
+                warnings.simplefilter("ignore", RuntimeWarning)
+                p = (stats.ttest_rel(a, b.reindex(a.index)) if paired
+                     else stats.ttest_ind(a, b, equal_var=False)).pvalue
+        if not p < SIGNIFICANCE:
+            return False
+    return True
+
+
 def learner_cells(final: pd.DataFrame) -> pd.DataFrame:
     """One row per (agent, perspective, family): mean, std and text of every metric, and n runs."""
     from policies.objectives import parse
@@ -72,8 +115,10 @@ def learner_cells(final: pd.DataFrame) -> pd.DataFrame:
             {"outcome": "outcome", "dm": "DM"}[obj.perspective]
         family = FAMILY_ABBR[obj.family] + (f"({obj.lam:g})" if obj.family == "lagrangian" else "")
         rec = {"agent": AGENT_NAMES[agent], "perspective": perspective, "reward": family, "runs": len(runs)}
+        key = runs["seed"].to_numpy() if "seed" in runs.columns else np.asarray(runs["run_id"])  # pairs runs
         for col, _, _ in METRICS:
             rec[f"{col}_mean"], rec[f"{col}_std"], rec[col] = _pm(runs[col])
+            rec[f"{col}_values"] = pd.Series(runs[col].to_numpy(float), index=key)
         records.append(rec)
     return pd.DataFrame(records)
 
@@ -88,7 +133,9 @@ def _best(cells: pd.DataFrame, by: list[str], choose: str) -> pd.DataFrame:
                 row[header] = "n/a"
                 continue
             win = block.loc[scores.idxmin()]
-            row[header] = f"{win[choose]}: {win[col]}"
+            others = [v for i, v in block[f"{col}_values"].items() if i != scores.idxmin()]
+            mark = " *" if beats_all(win[f"{col}_values"], others, rule) else ""
+            row[header] = f"{win[choose]}: {win[col]}{mark}"
         out.append(row)
     return pd.DataFrame(out)
 
@@ -103,9 +150,13 @@ def seed_tables(study: pd.DataFrame) -> str:
     runs = int(cells["runs"].min()), int(cells["runs"].max())
     episodes = int(study["episode"].max()) + 1
     lines = ["# Seed 000 Tables 2-3 (RL and PERL)", "",
-             f"Final episode ({episodes} episodes) of each run; mean ± std over {runs[0]}-{runs[1]} seeded runs. "
+             f"Final episode ({episodes} episodes) of each run; mean ± std over "
+             f"{runs[0] if runs[0] == runs[1] else f'{runs[0]}-{runs[1]}'} seeded runs. "
              "Best = smallest |wealth gap|, inequality ratio closest to 1, largest cumulative profit, "
-             "largest social welfare (mean over groups of (mu_g(t) - mu_g(0)) / t).", "",
+             "largest social welfare (mean over groups of (mu_g(t) - mu_g(0)) / t). "
+             "* = better than every other candidate of its row, two-sided t-test p < 0.05 on the per-run values "
+             "(paired over seeds when the runs share seeds, Welch otherwise; uncorrected); unmarked = a ranking "
+             "of means only.", "",
              "## Table 2: best reward function per metric", "",
              to_markdown(_best(cells, ["agent", "perspective"], "reward")), "",
              "## Table 3: best fairness perspective per reward function", "",

@@ -63,3 +63,36 @@ def test_figure3_written_when_baselines_and_learners_present(tmp_path):
     assert (tmp_path / "seed000_figure3.png").stat().st_size > 10_000
     fig = (tmp_path / "seed000_figure3.md").read_text()
     assert "| Oracle | oracle, none | 2 | 2 | 0.6 ± 0.141" in fig
+
+
+def test_a_best_entry_is_marked_only_when_it_beats_every_other_candidate():
+    from abm.report_seed000 import beats_all
+
+    seeds = [11, 12, 13, 14, 15]
+    s = lambda values, idx=seeds: pd.Series(values, index=idx)  # noqa: E731
+    world = pd.Series([0.0, 2.0, -1.0, 3.0, 1.0], index=seeds)  # a common-seed effect shared by both
+    # paired: a small, consistent advantage under a large common-seed spread is found...
+    assert beats_all(s(10 + world + 0.1 * pd.Series([0.9, 1.1, 1.0, 0.95, 1.05], index=seeds)),
+                     [s(10 + world + 0.5)], "abs_min")
+    # ...which the unpaired test (different seeds) cannot see
+    assert not beats_all(s(10 + world.to_numpy() + 0.1), [s(10 + world.to_numpy() + 0.5, [1, 2, 3, 4, 5])], "abs_min")
+    assert not beats_all(s([1.0, 3.0, 0.5, 2.0, 1.5]), [s([1.2, 2.0, 1.5, 1.8, 2.2])], "abs_min")  # noise
+    assert beats_all(s([0.98, 1.01, 1.0, 0.99, 1.02]), [s([1.5, 1.6, 1.4, 1.55, 1.45])], "near_one")
+    two = [1, 2]
+    assert not beats_all(s([5.0, 5.0], two), [s([6.0, 6.0], two), s([5.1, 4.0], two)], "abs_min")  # beat every one
+    assert beats_all(s([5.0, 5.1], two), [s([6.0, 6.1], two), s([7.0, 7.1], two)], "abs_min")
+    assert beats_all(s([300.0, 310.0], [1, 2]), [s([10.0, 10.0], [3, 4])], "max")
+
+
+def test_tables_mark_significant_bests_with_a_star():
+    paired = {("perl(pretrain_episodes=100)", f"two_sided(0.5):{fam}"): [
+        (gap + d, 1.0, 100.0 + 10 * d, 0.03, 0.03) for d in (0.0, 1.0, -1.0, 2.0, 0.5)]
+        for fam, gap in (("utilitarian", 3.0), ("rawlsian", 6.0))}
+    frame = study_frame(paired.items())
+    frame["seed"] = frame["run_id"].str[-1].astype(int) + 100  # replicate r has seed 100 + r in every config
+    text = seed_tables(frame)
+    row = next(line for line in text.split("## Table 3")[0].splitlines() if line.startswith("| PERL | two-sided"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2].startswith("UP: 3.5 ") and cells[2].endswith(" *")  # gap lower by 3 on every seed
+    assert not cells[4].endswith("*")  # profits are identical across the two rewards
+    assert "* = better than every other candidate" in text
