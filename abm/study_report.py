@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from abm.errors import UserError
+from abm.provenance import code_fingerprint, recorded_fingerprint
 from abm.runner import is_complete, write_parquet
 
 RUN_COLUMNS = ("run_id", "config_id", "config", "group", "groups", "policy", "objective")
@@ -102,13 +103,17 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _write_status(folder: Path, manifest: dict, grid_keys: list[str]) -> None:
-    """``runs.csv``: every run of the study with its status (ok / failed / missing) and error."""
+    """``runs.csv``: every run of the study with its status (ok / stale: finished by other code /
+    failed / missing), the code fingerprint that computed it and its error."""
     rows = []
     for spec in manifest["runs"]:
         run_id = spec["run_id"]
         record = folder / "failed" / f"{run_id}.json"
+        code = ""
         if is_complete(folder / "runs" / run_id):
             status, error = "ok", ""
+            code = recorded_fingerprint(folder / "runs" / run_id) or "unknown"
+            status = "stale" if code not in ("unknown", code_fingerprint()) else status
         elif record.is_file():
             try:
                 status, error = "failed", json.loads(record.read_text()).get("error", "")
@@ -119,9 +124,10 @@ def _write_status(folder: Path, manifest: dict, grid_keys: list[str]) -> None:
         cols = spec["columns"]
         rows.append({"run_id": run_id, "status": status, "config": config_label(cols, grid_keys),
                      "groups": ",".join(spec["groups"]), "replicate": spec["replicate"], "seed": spec["seed"],
-                     "error": error})
+                     "code_fingerprint": code, "error": error})
     tmp = folder / f".tmp-runs.csv-{uuid.uuid4().hex[:8]}"
-    pd.DataFrame(rows, columns=["run_id", "status", "config", "groups", "replicate", "seed", "error"]).to_csv(
+    pd.DataFrame(rows, columns=["run_id", "status", "config", "groups", "replicate", "seed", "code_fingerprint",
+                                "error"]).to_csv(
         tmp, index=False)
     os.replace(tmp, folder / "runs.csv")
 

@@ -213,6 +213,9 @@ def test_stale_runs_are_kept_and_counted_until_recompute_stale(serial_study, tmp
     (old / "summary.json").write_text(json.dumps({**summary, "code_fingerprint": "0123456789ab"}))
     kept = run_study(study, folder, workers=0, quiet=True)
     assert (kept.succeeded, kept.skipped, kept.stale) == (0, 4, 1) and "--recompute-stale" in kept.summary_line("t")
+    status = pd.read_csv(folder / "runs.csv").set_index("run_id")
+    assert status.loc[old.name, ["status", "code_fingerprint"]].tolist() == ["stale", "0123456789ab"]
+    assert (status.drop(index=old.name)["status"] == "ok").all()
     redone = run_study(study, folder, workers=0, quiet=True, recompute_stale=True)
     assert (redone.succeeded, redone.skipped, redone.stale, redone.recomputed_stale) == (1, 3, 0, 1)
     assert (folder / "runs" / f"{old.name}.stale-0123456789ab" / "summary.json").is_file()  # nothing lost
