@@ -183,10 +183,27 @@ def remote_client(address: str, timeout_s: float = 20.0):
 
 @contextlib.contextmanager
 def _progress(name: str, total: int, done: int, quiet: bool):
-    """Yields ``update(result)``: a rich bar on a terminal; nothing otherwise (the caller prints
-    one summary line at the end)."""
-    if quiet or not sys.stderr.isatty():
+    """Yields ``update(result)``: a rich bar on a terminal; off a terminal (a log file, nohup), a
+    plain line on stderr each time another tenth of the runs is done; nothing when ``quiet``."""
+    if quiet:
         yield lambda result: None
+        return
+    if not sys.stderr.isatty():
+        started, state = time.monotonic(), {"done": done, "failed": 0, "mark": 0}
+        todo = max(total - done, 1)
+
+        def line(result: dict) -> None:
+            state["done"] += 1
+            state["failed"] += result["status"] != "ok"
+            new = state["done"] - done
+            if new * 10 // todo > state["mark"] or state["done"] == total:
+                state["mark"] = new * 10 // todo
+                elapsed = time.monotonic() - started
+                left = elapsed / new * (total - state["done"])
+                print(f"study {name}: {state['done']}/{total} runs done, {state['failed']} failed, "
+                      f"{elapsed / 60:.1f} min elapsed, ~{left / 60:.1f} min left", file=sys.stderr, flush=True)
+
+        yield line
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \

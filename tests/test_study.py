@@ -169,6 +169,8 @@ def test_cli_exit_2_for_bad_study_1_for_a_failed_run(cli, tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("failed: approve_all-") == 1 and "sample_with_replacement" in done.stderr
     assert "2 runs: 1 succeeded, 0 skipped, 1 failed" in done.stdout
+    progress = [line for line in done.stderr.splitlines() if "runs done" in line]  # off a terminal: plain lines
+    assert progress[-1].startswith("study tiny: 2/2 runs done, 1 failed") and len(progress) == 2
 
 
 # --------------------------------------------------------------------------------------------
