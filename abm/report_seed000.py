@@ -3,8 +3,11 @@
 Figure 3 compares lenders (oracle, one-step predictor, RL, PERL) per episode on the four macro
 metrics; Table 2 gives, for each learning agent and fairness perspective, the best reward function
 per metric; Table 3, for each agent and reward function, the best perspective per metric. A run
-contributes its final-episode values. "Best" means: smallest |wealth gap|, inequality ratio
-closest to 1 (parity), largest cumulative profit, largest social welfare. Social welfare is the
+contributes its final-episode values. "Best" means the smallest mean over runs of |wealth gap|
+(so gaps of opposite signs in different seeds do not cancel), of |inequality ratio - 1|
+(parity), of -cumulative profit and of -social welfare. Candidates whose runs are identical
+seed for seed (UP and SW when the groups have equal sizes, the seed's setting) are a tie, shown
+as ``UP = SW``. Social welfare is the
 mean over groups of the seed's R_g(t) = (mu_g(t) - mu_g(0)) / t (the episode rows'
 ``social_welfare_<g>``). ``abm report`` calls ``write_seed000_report`` for every study.
 
@@ -61,10 +64,10 @@ def _pm(values: pd.Series) -> tuple[float, float, str]:
     return float(x.mean()), std, text
 
 
-def _badness(rule: str, mean: float) -> float:
-    if not np.isfinite(mean):
-        return np.inf
-    return {"abs_min": abs(mean), "near_one": abs(mean - 1.0), "max": -mean}[rule]
+def _badness(rule: str, values: pd.Series) -> float:
+    """A candidate's rank score: the mean over its runs of the per-run badness."""
+    bad = _run_badness(rule, values)
+    return float(bad.mean()) if len(bad) else np.inf
 
 
 def _run_badness(rule: str, values: pd.Series) -> pd.Series:
@@ -123,19 +126,28 @@ def learner_cells(final: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
+def _same_runs(a: pd.Series, b: pd.Series) -> bool:
+    """Two candidates whose runs gave the same values seed for seed (e.g. UP and SW for equal groups)."""
+    return len(a) == len(b) and a.index.is_unique and set(a.index) == set(b.index) and \
+        np.allclose(a.to_numpy(float), b.reindex(a.index).to_numpy(float), rtol=1e-12, atol=0, equal_nan=True)
+
+
 def _best(cells: pd.DataFrame, by: list[str], choose: str) -> pd.DataFrame:
     out = []
     for key, block in cells.groupby(by, sort=False):
         row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
         for col, header, rule in METRICS:
-            scores = block[f"{col}_mean"].map(lambda m, r=rule: _badness(r, m))
+            values = block[f"{col}_values"]
+            scores = values.map(lambda v, r=rule: _badness(r, v))
             if np.isinf(scores).all():
                 row[header] = "n/a"
                 continue
-            win = block.loc[scores.idxmin()]
-            others = [v for i, v in block[f"{col}_values"].items() if i != scores.idxmin()]
-            mark = " *" if beats_all(win[f"{col}_values"], others, rule) else ""
-            row[header] = f"{win[choose]}: {win[col]}{mark}"
+            best = scores.idxmin()
+            twins = [i for i in block.index if i != best and _same_runs(values[i], values[best])]
+            others = [v for i, v in values.items() if i != best and i not in twins]
+            mark = " *" if beats_all(values[best], others, rule) else ""
+            names = " = ".join(str(block.at[i, choose]) for i in (best, *twins))  # identical runs: a tie
+            row[header] = f"{names}: {block.at[best, col]}{mark}"
         out.append(row)
     return pd.DataFrame(out)
 
@@ -152,8 +164,9 @@ def seed_tables(study: pd.DataFrame) -> str:
     lines = ["# Seed 000 Tables 2-3 (RL and PERL)", "",
              f"Final episode ({episodes} episodes) of each run; mean ± std over "
              f"{runs[0] if runs[0] == runs[1] else f'{runs[0]}-{runs[1]}'} seeded runs. "
-             "Best = smallest |wealth gap|, inequality ratio closest to 1, largest cumulative profit, "
-             "largest social welfare (mean over groups of (mu_g(t) - mu_g(0)) / t). "
+             "Best = smallest mean over runs of |wealth gap| and of |inequality ratio - 1|, largest cumulative "
+             "profit, largest social welfare (mean over groups of (mu_g(t) - mu_g(0)) / t); the cell shows the "
+             "signed mean ± std. A = B: runs identical seed for seed (UP and SW coincide for equal groups). "
              "* = better than every other candidate of its row, two-sided t-test p < 0.05 on the per-run values "
              "(paired over seeds when the runs share seeds, Welch otherwise; uncorrected); unmarked = a ranking "
              "of means only.", "",

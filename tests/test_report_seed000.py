@@ -94,5 +94,14 @@ def test_tables_mark_significant_bests_with_a_star():
     row = next(line for line in text.split("## Table 3")[0].splitlines() if line.startswith("| PERL | two-sided"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2].startswith("UP: 3.5 ") and cells[2].endswith(" *")  # gap lower by 3 on every seed
-    assert not cells[4].endswith("*")  # profits are identical across the two rewards
+    assert not cells[4].endswith("*")  # profits are identical across the two rewards: a tie, not a win
+    assert cells[4].startswith("UP = RMM: 105 ") and cells[3].startswith("UP = RMM: 1 ")
+
+
+def test_gaps_of_opposite_signs_do_not_cancel_in_the_ranking():
+    swing = {("rl(pretrain_episodes=100)", "dm:rawlsian"): [(-10.0, 1.0, 0.0, 0.0, 0.0), (10.0, 1.0, 0.0, 0.0, 0.0)],
+             ("rl(pretrain_episodes=100)", "dm:lagrangian:0.5"): [(2.0, 1.0, 0.0, 0.0, 0.0), (2.5, 1.0, 0.0, 0.0, 0.0)]}
+    text = seed_tables(study_frame(swing.items()))
+    row = next(line for line in text.split("## Table 3")[0].splitlines() if line.startswith("| RL | DM"))
+    assert [c.strip() for c in row.strip("|").split("|")][2].startswith("FL(0.5): 2.25 ")  # not RMM's signed mean 0
     assert "* = better than every other candidate" in text
