@@ -15,7 +15,9 @@ A best entry is marked ``*`` when it is better than *every* other candidate of i
 two-sided t-test at p < 0.05 on the per-run badness (|gap|, |ratio - 1|, -profit, -welfare):
 paired over seeds when the candidates' runs share their seeds (a study with
 ``common_seeds: true``), Welch's otherwise; no correction for the several comparisons. With
-five seeds an unmarked "best" is a ranking of means, not a finding.
+five seeds an unmarked "best" is a ranking of means, not a finding. Where configurations share
+seeds, ``seed000_paired.csv`` lists the paired difference of every pair of configurations on
+every metric at the 10%, 50% and last episodes, with its paired t-test p.
 """
 
 from __future__ import annotations
@@ -196,6 +198,42 @@ def figure_table(study: pd.DataFrame, episodes: list[int] | None = None) -> pd.D
     return pd.DataFrame(rows)
 
 
+def paired_differences(study: pd.DataFrame, episodes: list[int] | None = None) -> pd.DataFrame:
+    """Every pair of configurations that share at least two seeds, on the four metrics: the mean and
+    sd of the per-seed difference a - b, a two-sided paired t-test p, and on how many seeds a > b.
+    Episodes (0-based): by default the figure's checkpoints after the first (10%, 50%, last)."""
+    from scipy import stats
+
+    frame = with_social_welfare(study)
+    columns = ["episode", "metric", "a", "b", "seeds", "mean_diff", "sd_diff", "p_value", "a_greater"]
+    if frame.empty or "seed" not in frame.columns:
+        return pd.DataFrame(columns=columns)
+    last = int(frame["episode"].max())
+    episodes = episodes or sorted({(last + 1) // 10 - 1, (last + 1) // 2 - 1, last} - {-1})
+    rows = []
+    for e in episodes:
+        at = frame[frame["episode"] == e]
+        for col, _, _ in METRICS:
+            table = at.pivot_table(index="seed", columns="config", values=col, aggfunc="first")
+            names = list(table.columns)
+            for i, a in enumerate(names):
+                for b in names[i + 1:]:
+                    both = table[[a, b]].dropna()
+                    if len(both) < 2:
+                        continue
+                    diff = both[a] - both[b]
+                    if np.allclose(diff, diff.iloc[0], rtol=1e-12, atol=0):  # no variance: decided by its sign
+                        p = 1.0 if diff.iloc[0] == 0 else 0.0
+                    else:
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore", RuntimeWarning)
+                            p = float(stats.ttest_rel(both[a], both[b]).pvalue)
+                    rows.append({"episode": e + 1, "metric": col, "a": a, "b": b, "seeds": len(both),
+                                 "mean_diff": float(diff.mean()), "sd_diff": float(diff.std(ddof=1)),
+                                 "p_value": p, "a_greater": int((diff > 0).sum())})
+    return pd.DataFrame(rows, columns=columns)
+
+
 def plot_figure3(study: pd.DataFrame, path: Path) -> Path:
     import matplotlib
 
@@ -241,6 +279,10 @@ def write_seed000_report(folder: str | Path, out: str | Path) -> list[Path]:
     if text:
         (out / "seed000_tables.md").write_text(text)
         written.append(out / "seed000_tables.md")
+    paired = paired_differences(study) if {"seed", "config"} <= set(study.columns) else pd.DataFrame()
+    if not paired.empty:  # only where configurations share seeds (study.common_seeds)
+        paired.to_csv(out / "seed000_paired.csv", index=False)
+        written.append(out / "seed000_paired.csv")
     agents = set(study["policy"].astype(str).str.split("(").str[0])
     if len(agents & set(FIGURE_POLICIES)) >= 2 and agents & set(LEARNERS):
         written.append(plot_figure3(study, out / "seed000_figure3.png"))

@@ -105,3 +105,30 @@ def test_gaps_of_opposite_signs_do_not_cancel_in_the_ranking():
     row = next(line for line in text.split("## Table 3")[0].splitlines() if line.startswith("| RL | DM"))
     assert [c.strip() for c in row.strip("|").split("|")][2].startswith("FL(0.5): 2.25 ")  # not RMM's signed mean 0
     assert "* = better than every other candidate" in text
+
+
+def test_paired_differences_over_common_seeds(tmp_path):
+    from scipy import stats
+
+    from abm.report_seed000 import paired_differences
+
+    gaps = {"utilitarian": [3.0, 4.0, 2.0, 5.0, 3.5], "rawlsian": [6.0, 6.5, 5.5, 8.0, 6.0]}
+    runs = {("perl(pretrain_episodes=100)", f"two_sided(0.5):{fam}"): [(g, 1.0, 100.0, 0.03, 0.03) for g in gap]
+            for fam, gap in gaps.items()}
+    frame = study_frame(runs.items())
+    frame["seed"] = frame["run_id"].str[-1].astype(int) + 100
+    out = paired_differences(frame[frame["objective"].str.startswith("two_sided")], episodes=[1])
+    gap = out[out["metric"] == "wealth_gap"].iloc[0]
+    assert gap["a"].endswith("two_sided(0.5):rawlsian") and gap["b"].endswith("two_sided(0.5):utilitarian")
+    assert gap["episode"] == 2 and gap["seeds"] == 5 and gap["a_greater"] == 5
+    assert abs(gap["mean_diff"] - 2.9) < 1e-9
+    assert abs(gap["p_value"] - stats.ttest_rel(gaps["rawlsian"], gaps["utilitarian"]).pvalue) < 1e-12
+    profit = out[out["metric"] == "cumulative_profit"].iloc[0]
+    assert profit["mean_diff"] == 0 and profit["p_value"] == 1.0  # identical on every seed
+    frame.to_parquet(tmp_path / "study.parquet")  # the report writes it where runs carry their seeds
+    assert "seed000_paired.csv" in {p.name for p in write_seed000_report(tmp_path, tmp_path)}
+    assert len(pd.read_csv(tmp_path / "seed000_paired.csv")) > 0
+    unseeded = tmp_path / "unseeded"
+    unseeded.mkdir()
+    study_frame().to_parquet(unseeded / "study.parquet")
+    assert "seed000_paired.csv" not in {p.name for p in write_seed000_report(unseeded, unseeded)}
