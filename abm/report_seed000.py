@@ -124,6 +124,8 @@ def learner_cells(final: pd.DataFrame) -> pd.DataFrame:
         for col, _, _ in METRICS:
             rec[f"{col}_mean"], rec[f"{col}_std"], rec[col] = _pm(runs[col])
             rec[f"{col}_values"] = pd.Series(runs[col].to_numpy(float), index=key)
+        rec["mean abs gap"] = f"{_badness('abs_min', rec['wealth_gap_values']):.4g}"  # what the ranking uses
+        rec["mean abs(ratio - 1)"] = f"{_badness('near_one', rec['inequality_ratio_values']):.3g}"
         records.append(rec)
     return pd.DataFrame(records)
 
@@ -177,7 +179,8 @@ def seed_tables(study: pd.DataFrame) -> str:
              "## Table 3: best fairness perspective per reward function", "",
              to_markdown(_best(cells, ["agent", "reward"], "perspective")), "",
              "## Every configuration", "",
-             to_markdown(cells[["agent", "perspective", "reward", "runs", *[c for c, _, _ in METRICS]]]), ""]
+             to_markdown(cells[["agent", "perspective", "reward", "runs", *[c for c, _, _ in METRICS],
+                                "mean abs gap", "mean abs(ratio - 1)"]]), ""]
     return "\n".join(lines)
 
 
