@@ -52,9 +52,13 @@ def recorded_fingerprint(folder: Path) -> str | None:
         return None
 
 
-def is_stale(folder: Path) -> bool:
-    recorded = recorded_fingerprint(folder)
+def differs(recorded: str | None) -> bool:
+    """A recorded fingerprint names other code (None, from before fingerprints, never does)."""
     return recorded is not None and recorded != code_fingerprint()
+
+
+def is_stale(folder: Path) -> bool:
+    return differs(recorded_fingerprint(folder))
 
 
 def set_aside(folder: Path) -> Path:

@@ -80,6 +80,24 @@ def _run_badness(rule: str, values: pd.Series) -> pd.Series:
 SIGNIFICANCE = 0.05
 
 
+def _pairs(a: pd.Series, b: pd.Series) -> bool:
+    """Per-run values indexed by the same seeds, one run per seed: comparable seed for seed."""
+    return len(a) == len(b) and a.index.is_unique and set(a.index) == set(b.index)
+
+
+def paired_p(a: pd.Series, b: pd.Series) -> float:
+    """Two-sided paired t-test p of ``a - b`` (aligned). A difference without variance decides by
+    itself: p = 1 when it is zero on every seed, 0 when it is the same nonzero value on every seed."""
+    from scipy import stats
+
+    diff = a.to_numpy(float) - b.to_numpy(float)
+    if np.allclose(diff, diff[0], rtol=1e-12, atol=0):
+        return 1.0 if diff[0] == 0 else 0.0
+    with warnings.catch_warnings():  # scipy warns on near-constant samples; the test stays valid
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_rel(a.to_numpy(float), b.to_numpy(float)).pvalue)
+
+
 def beats_all(win: pd.Series, others: list[pd.Series], rule: str) -> bool:
     """True when the per-run badness ``win`` is lower than each of ``others`` at p < 0.05 (two-sided
     t-test; paired when both are indexed by the same seeds, Welch otherwise)."""
@@ -92,17 +110,14 @@ def beats_all(win: pd.Series, others: list[pd.Series], rule: str) -> bool:
         b = _run_badness(rule, values)
         if len(b) < 2 or not a.mean() < b.mean():
             return False
-        paired = len(a) == len(b) and a.index.is_unique and set(a.index) == set(b.index)
-        diff = (a - b.reindex(a.index)) if paired else None
-        if paired and np.allclose(diff, diff.iloc[0]):  # a constant difference: no variance to test
-            p = 0.0 if diff.iloc[0] < 0 else 1.0
-        elif np.ptp(a) == 0 and np.ptp(b) == 0 and not paired:  # two constant samples, different means
+        if _pairs(a, b):
+            p = paired_p(a, b.reindex(a.index))
+        elif np.ptp(a) == 0 and np.ptp(b) == 0:  # two constant samples, different means
             p = 0.0
         else:
             with warnings.catch_warnings():  # scipy warns on near-constant samples; the test stays valid
                 warnings.simplefilter("ignore", RuntimeWarning)
-                p = (stats.ttest_rel(a, b.reindex(a.index)) if paired
-                     else stats.ttest_ind(a, b, equal_var=False)).pvalue
+                p = stats.ttest_ind(a, b, equal_var=False).pvalue
         if not p < SIGNIFICANCE:
             return False
     return True
@@ -132,7 +147,7 @@ def learner_cells(final: pd.DataFrame) -> pd.DataFrame:
 
 def _same_runs(a: pd.Series, b: pd.Series) -> bool:
     """Two candidates whose runs gave the same values seed for seed (e.g. UP and SW for equal groups)."""
-    return len(a) == len(b) and a.index.is_unique and set(a.index) == set(b.index) and \
+    return _pairs(a, b) and \
         np.allclose(a.to_numpy(float), b.reindex(a.index).to_numpy(float), rtol=1e-12, atol=0, equal_nan=True)
 
 
@@ -205,8 +220,6 @@ def paired_differences(study: pd.DataFrame, episodes: list[int] | None = None) -
     """Every pair of configurations that share at least two seeds, on the four metrics: the mean and
     sd of the per-seed difference a - b, a two-sided paired t-test p, and on how many seeds a > b.
     Episodes (0-based): by default the figure's checkpoints after the first (10%, 50%, last)."""
-    from scipy import stats
-
     frame = with_social_welfare(study)
     columns = ["episode", "metric", "a", "b", "seeds", "mean_diff", "sd_diff", "p_value", "a_greater"]
     if frame.empty or "seed" not in frame.columns:
@@ -225,15 +238,9 @@ def paired_differences(study: pd.DataFrame, episodes: list[int] | None = None) -
                     if len(both) < 2:
                         continue
                     diff = both[a] - both[b]
-                    if np.allclose(diff, diff.iloc[0], rtol=1e-12, atol=0):  # no variance: decided by its sign
-                        p = 1.0 if diff.iloc[0] == 0 else 0.0
-                    else:
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore", RuntimeWarning)
-                            p = float(stats.ttest_rel(both[a], both[b]).pvalue)
                     rows.append({"episode": e + 1, "metric": col, "a": a, "b": b, "seeds": len(both),
                                  "mean_diff": float(diff.mean()), "sd_diff": float(diff.std(ddof=1)),
-                                 "p_value": p, "a_greater": int((diff > 0).sum())})
+                                 "p_value": paired_p(both[a], both[b]), "a_greater": int((diff > 0).sum())})
     return pd.DataFrame(rows, columns=columns)
 
 

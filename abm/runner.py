@@ -26,7 +26,7 @@ import yaml
 from abm import __version__
 from abm.config import config_hash, scenario_to_dict
 from abm.errors import InvariantError, UserError
-from abm.provenance import code_fingerprint, is_stale, recorded_fingerprint, set_aside
+from abm.provenance import code_fingerprint, differs, recorded_fingerprint, set_aside
 
 COMPLETE_MARKER = "summary.json"  # written last: its presence means the folder is complete
 
@@ -161,7 +161,7 @@ def _run_into(root: Path, scenario, on_episode, reuse: bool, policy, name: str |
     final = safe_child(root, name or run_name(scenario))
     if is_complete(final):
         old = recorded_fingerprint(final)
-        if reuse and not is_stale(final):
+        if reuse and not differs(old):
             return final, False
         if reuse and stale == "reuse":
             notify(f"{final}: computed by other code (fingerprint {old}, now {code_fingerprint()}); reused")

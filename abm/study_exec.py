@@ -189,18 +189,18 @@ def _progress(name: str, total: int, done: int, quiet: bool):
         yield lambda result: None
         return
     if not sys.stderr.isatty():
-        started, state = time.monotonic(), {"done": done, "failed": 0, "mark": 0}
-        todo = max(total - done, 1)
+        started, todo = time.monotonic(), max(total - done, 1)
+        new = failed = tenths = 0  # runs finished by this call, of them failed, tenths of todo reported
 
         def line(result: dict) -> None:
-            state["done"] += 1
-            state["failed"] += result["status"] != "ok"
-            new = state["done"] - done
-            if new * 10 // todo > state["mark"] or state["done"] == total:
-                state["mark"] = new * 10 // todo
+            nonlocal new, failed, tenths
+            new += 1
+            failed += result["status"] != "ok"
+            if new * 10 // todo > tenths or done + new == total:
+                tenths = new * 10 // todo
                 elapsed = time.monotonic() - started
-                left = elapsed / new * (total - state["done"])
-                print(f"study {name}: {state['done']}/{total} runs done, {state['failed']} failed, "
+                left = elapsed / new * (total - done - new)
+                print(f"study {name}: {done + new}/{total} runs done, {failed} failed, "
                       f"{elapsed / 60:.1f} min elapsed, ~{left / 60:.1f} min left", file=sys.stderr, flush=True)
 
         yield line
@@ -283,14 +283,16 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
         for spec in study.runs:
             record = failed_dir / f"{spec.run_id}.json"
             run_dir = runs_dir / spec.run_id
-            if is_complete(run_dir) and is_stale(run_dir) and recompute_stale:
+            complete = is_complete(run_dir)
+            stale = complete and is_stale(run_dir)
+            if stale and recompute_stale:
                 set_aside(run_dir)  # kept beside as <id>.stale-<fingerprint>; the manifest no longer names it
                 outcome.recomputed_stale += 1
                 todo.append(spec)
-            elif is_complete(run_dir):
+            elif complete:
                 record.unlink(missing_ok=True)
                 outcome.skipped += 1
-                outcome.stale += is_stale(run_dir)
+                outcome.stale += stale
             elif record.is_file() and not retry_failed:
                 outcome.failed += 1
                 outcome.failed_before += 1

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from abm.errors import UserError
-from abm.provenance import code_fingerprint, recorded_fingerprint
+from abm.provenance import differs, recorded_fingerprint
 from abm.runner import is_complete, write_parquet
 
 RUN_COLUMNS = ("run_id", "config_id", "config", "group", "groups", "policy", "objective")
@@ -112,8 +112,8 @@ def _write_status(folder: Path, manifest: dict, grid_keys: list[str]) -> None:
         code = ""
         if is_complete(folder / "runs" / run_id):
             status, error = "ok", ""
-            code = recorded_fingerprint(folder / "runs" / run_id) or "unknown"
-            status = "stale" if code not in ("unknown", code_fingerprint()) else status
+            recorded = recorded_fingerprint(folder / "runs" / run_id)
+            status, code = ("stale" if differs(recorded) else "ok"), recorded or "unknown"
         elif record.is_file():
             try:
                 status, error = "failed", json.loads(record.read_text()).get("error", "")
