@@ -12,6 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 
+# small runs of the seed-002 / FICO score families: (scenario file, --set overrides)
+SMALL_SCORE_FAMILIES = {
+    "credit_score": ("lending-credit.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=200"]),
+    "fico": ("fico-delayed-impact.yaml", ["population.size=300", "episodes.count=2", "episodes.horizon=300"]),
+    "admissions": ("admissions.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=60",
+                                       "policy.burn_in=20"]),
+}
+
 
 @pytest.fixture
 def eutopia_small():

@@ -23,10 +23,9 @@ import pytest
 from abm.config import load_scenario, validate_scenario_dict
 from abm.runner import run_to_folder
 from abm.study import run_study
+from conftest import ROOT, SCENARIOS, SMALL_SCORE_FAMILIES
 from test_study import digests, event_digest, serial_study  # noqa: F401 (the shared module fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ROOT / "scenarios"
 RUN_FILES = ("scenario.yaml", "episodes.parquet", "events.parquet", "agents.parquet")
 
 REPEATS = {
@@ -34,10 +33,7 @@ REPEATS = {
                                  "policy.name=random", "policy.p=0.5"]),
     "eutopia-immediate": ("eutopia.yaml", ["population.n_male=150", "population.n_female=150", "episodes.count=2",
                                            "episodes.review=immediate", "arrivals.excite_on=applications"]),
-    "credit_score": ("lending-credit.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=200"]),
-    "fico": ("fico-delayed-impact.yaml", ["population.size=300", "episodes.count=2", "episodes.horizon=300"]),
-    "admissions": ("admissions.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=60",
-                                       "policy.burn_in=20"]),
+    **SMALL_SCORE_FAMILIES,
     "beta_belief": ("beta-belief-loans.yaml", ["population.size=100", "episodes.count=2", "episodes.horizon=10",
                                                "outputs.events=true"]),
     "eutopia-rl": ("eutopia.yaml", ["population.n_male=100", "population.n_female=100", "episodes.count=3",

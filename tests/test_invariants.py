@@ -16,15 +16,13 @@ from hypothesis import strategies as st
 from abm.config import load_scenario
 from abm.errors import InvariantError
 from abm.runner import check_run, execute, run_to_folder
+from conftest import SMALL_SCORE_FAMILIES
 from test_fuzz import CASES, SCENARIOS, call, fuzz
 
 SMALL = {
     "eutopia": ("eutopia.yaml", ["population.n_male=200", "population.n_female=200", "episodes.count=3",
                                  "policy.name=random", "policy.p=0.6"]),
-    "credit_score": ("lending-credit.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=200"]),
-    "fico": ("fico-delayed-impact.yaml", ["population.size=300", "episodes.count=2", "episodes.horizon=300"]),
-    "admissions": ("admissions.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=60",
-                                       "policy.burn_in=20"]),
+    **SMALL_SCORE_FAMILIES,
 }
 
 
