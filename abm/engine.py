@@ -1,9 +1,13 @@
 """The engine core: one Mesa model, one SimPy clock, a bank that reviews a queue.
 
-The core knows nothing about lending. A scenario family supplies a *world* (population
-columns, arrival processes, observations, the consequences of decisions, metrics); the
-policy supplies decisions. ``env.now`` is the only clock (``model.time`` mirrors it); time is
-never advanced with ``model.step()``.
+The core knows nothing about lending and builds nothing: it is handed a factory for the
+scenario family's *world* (``abm.world.World``: population columns, arrival processes,
+observations, the consequences of decisions, metrics) and a policy (or a factory for one, given
+the world's ``PolicyContext``). ``abm.build.simulation`` is the one place that looks both up
+from a scenario. ``env.now`` is the only clock (``model.time`` mirrors it) and nothing else
+advances it. Mesa's convention holds: ``step()`` advances the model by one episode of the SimPy
+clock (so ``run_model()`` runs ``episodes.count`` episodes, and ``running`` turns False after
+the last).
 
 Decision protocol. Applications join ``bank.queue``. At each decision epoch (every
 ``decision_interval``; or on arrival with ``review: immediate``) the bank builds the
@@ -15,6 +19,7 @@ instead yields one ``DecisionRequest`` per applicant and waits for its action.
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -23,7 +28,27 @@ import numpy as np
 import simpy
 
 from abm.agents import Applicant, Bank, Group
+from abm.errors import UserError
 from abm.eventlog import EventKind, EventLog
+from abm.world import BlockArrivals, PolicyContext, World
+
+class _AgentIdCounters(weakref.WeakKeyDictionary):
+    """Mesa 3.3's per-model agent-id counters (``mesa.Agent._ids``, a class-level defaultdict
+    keyed by model) hold every model ever built, so no simulation was freed (+2 MB per default
+    run in one process, e.g. a Dask worker). The same counters, keyed weakly: a model's counter
+    goes when the model does; ids are numbered from 1 per model exactly as before."""
+
+    def __getitem__(self, model):
+        try:
+            return super().__getitem__(model)
+        except KeyError:
+            counter = itertools.count(1)
+            self[model] = counter
+            return counter
+
+
+if not isinstance(mesa.Agent._ids, _AgentIdCounters):
+    mesa.Agent._ids = _AgentIdCounters()
 
 # Named random streams, spawned in this order from the scenario seed. Adding a stream at the
 # end never changes the others.
@@ -63,11 +88,19 @@ class DecisionRequest:
     decided: simpy.Event
 
 
-class Simulation(mesa.Model):
-    """A run of one scenario with one policy on one continual trajectory."""
+PolicyFactory = Callable[[PolicyContext, np.random.Generator], Any]
 
-    def __init__(self, scenario, policy=None, *, external: bool = False, log_events: bool | None = None,
-                 track_applicants: bool = True):
+
+class Simulation(mesa.Model):
+    """A run of one scenario with one policy on one continual trajectory.
+
+    ``world_factory(sim)`` builds the family's world on this simulation (its columns, clock and
+    random streams); the policy is ``policy`` or ``policy_factory(world.policy_context(),
+    rngs["policy"])``; in ``external`` mode there may be none (the gym adapter decides)."""
+
+    def __init__(self, scenario, world_factory: Callable[["Simulation"], World], policy=None, *,
+                 policy_factory: PolicyFactory | None = None, external: bool = False,
+                 log_events: bool | None = None, track_applicants: bool = True):
         seeds = np.random.SeedSequence(scenario.seed).spawn(len(STREAMS))
         self.rngs = {name: np.random.default_rng(s) for name, s in zip(STREAMS, seeds)}
         super().__init__(rng=self.rngs["model"])
@@ -83,23 +116,26 @@ class Simulation(mesa.Model):
         self.episode_rows: list[dict[str, Any]] = []
         self._applicants: dict[int, Applicant] = {}
         self._episode_done: simpy.Event | None = None
-
-        from abm.families import make_world
+        # the application budget of an episode (a runaway arrival process stops with a UserError)
+        self._max_applications = scenario.episodes.max_applications
+        self._applications = 0  # applications of the current episode
 
         enabled = scenario.outputs.events if log_events is None else log_events
-        self.world = make_world(self)
+        self.world: World = world_factory(self)
+        # worlds that sample arrivals in blocks commit those up to now before each review
+        self._collect_arrivals = self.world.collect_arrivals if isinstance(self.world, BlockArrivals) else None
         self.log = EventLog(enabled=enabled, group_names=list(self.world.group_names))
         self.groups = [Group(self, g, name, start, stop)
                        for g, (name, (start, stop)) in enumerate(zip(self.world.group_names, self.world.group_slices))]
         self.bank = Bank(self)
+        if policy is None and policy_factory is not None:
+            policy = policy_factory(self.world.policy_context(), self.rngs["policy"])
         if policy is None and not external:
-            from policies.registry import build
-
-            policy = build(scenario.policy, self.world.policy_context(), self.rngs["policy"])
+            raise ValueError("Simulation: a policy (or policy_factory) is needed outside external mode")
         self.policy = policy
-        prepare = getattr(policy, "prepare", None)
-        if callable(prepare):  # policies that train on the scenario first and set the agent's side (policies/deep)
-            prepare(self)
+        self.running = scenario.episodes.count > 0  # Mesa's flag: False once step() ran the last episode
+        if policy is not None:  # train, pretrain or load before the clock starts
+            policy.prepare(self)
         self.world.start()
         self.env.process(self._clock())
 
@@ -123,6 +159,9 @@ class Simulation(mesa.Model):
     # -- the bank ---------------------------------------------------------------------------
     def submit(self, agent_id: int) -> None:
         """An application arrives: log it and queue it for the next review."""
+        self._applications += 1
+        if self._applications > self._max_applications:
+            self._over_budget()
         log = self.log
         if log.enabled:
             w = self.world
@@ -136,6 +175,9 @@ class Simulation(mesa.Model):
 
     def submit_many(self, times: np.ndarray, agent_ids: np.ndarray) -> None:
         """Applications that arrived at ``times`` (sorted, <= now): one columnar log append."""
+        self._applications += len(agent_ids)
+        if self._applications > self._max_applications:
+            self._over_budget()
         w = self.world
         self.log.extend(times, self.episode, agent_ids, w.cols["group"][agent_ids], EventKind.APPLY,
                         w.amount(agent_ids), w.wealth_of(agent_ids))
@@ -145,11 +187,21 @@ class Simulation(mesa.Model):
                 self._applicants[i] = Applicant(self, i)
         self.bank.queue.extend(ids)
 
+    def applications_left(self) -> int:
+        """How many more applications the current episode may receive (``episodes.max_applications``)."""
+        return self._max_applications - self._applications
+
+    def _over_budget(self):
+        """The episode received more applications than ``episodes.max_applications``: stop."""
+        raise UserError(f"episode {self.episode}: more than episodes.max_applications = {self._max_applications:,} "
+                        f"applications; the arrival process runs away: check the arrival parameters (e.g. "
+                        f"arrivals.base_intercept, arrivals.excitation), or raise episodes.max_applications "
+                        f"if this many are intended")
+
     def review(self):
         """Decide every queued application (a generator: yields only in external mode)."""
-        collect = getattr(self.world, "collect_arrivals", None)
-        if collect is not None:  # worlds that sample arrivals in blocks commit those up to now
-            collect()
+        if self._collect_arrivals is not None:
+            self._collect_arrivals()
         if not self.bank.queue:
             return
         idx = np.asarray(self.bank.queue, dtype=np.int64)
@@ -174,15 +226,10 @@ class Simulation(mesa.Model):
                 self.rngs["decisions"].random(len(idx)) < probs
             info = Batch(idx, groups, self.env.now, self.episode)
         else:
-            info = Batch(idx, groups, self.env.now, self.episode,
-                         w.privileged(idx, getattr(self.policy, "privileged", ())))
+            info = Batch(idx, groups, self.env.now, self.episode, w.privileged(idx, self.policy.privileged))
             probs = np.asarray(self.policy.decide(obs, info), dtype=float)
             approved = self.rngs["decisions"].random(len(idx)) < probs
-        kinds = np.where(approved, _APPROVE, _REJECT)
-        self.log.extend(self.env.now, self.episode, idx, groups, kinds, w.amount(idx), w.wealth_of(idx), probs)
-        if self.policy is not None:
-            self.policy.on_decisions(obs, info, probs, approved)
-        w.apply_decisions(idx, approved, probs, obs)
+        self._commit(idx, groups, obs, info, probs, approved)
 
     def _decide_one(self, idx: np.ndarray, groups: np.ndarray, obs: np.ndarray):
         """External mode, one applicant: the external branch of ``review`` with Python scalars
@@ -198,14 +245,19 @@ class Simulation(mesa.Model):
         else:
             probs = np.array([min(max(action, 0.0), 1.0)])  # np.clip(action, 0, 1), NaN included
             approved = self.rngs["decisions"].random(1) < probs
+        self._commit(idx, groups, obs, Batch(idx, groups, self.env.now, self.episode), probs, approved)
+
+    def _commit(self, idx: np.ndarray, groups: np.ndarray, obs: np.ndarray, info: Batch, probs: np.ndarray,
+                approved: np.ndarray) -> None:
+        """A decided batch: its log rows, the policy's ``on_decisions`` hook, the world's update."""
         w, log = self.world, self.log
         if log.enabled:
-            kind = _APPROVE if approved[0] else _REJECT
-            log.extend(self.env.now, self.episode, idx, groups, np.array([kind]), w.amount(idx), w.wealth_of(idx), probs)
-        else:
-            log.skip(1)
+            kinds = np.where(approved, _APPROVE, _REJECT)
+            log.extend(self.env.now, self.episode, idx, groups, kinds, w.amount(idx), w.wealth_of(idx), probs)
+        else:  # counted only: skip building the rows' fields (the gym adapter's hot path)
+            log.skip(len(idx))
         if self.policy is not None:
-            self.policy.on_decisions(obs, Batch(idx, groups, self.env.now, self.episode), probs, approved)
+            self.policy.on_decisions(obs, info, probs, approved)
         w.apply_decisions(idx, approved, probs, obs)
 
     def _clock(self):
@@ -230,6 +282,7 @@ class Simulation(mesa.Model):
             self.policy.on_episode_end(stats)
         self.world.end_episode(e)
         self.episode = e + 1
+        self._applications = 0
         done, self._episode_done = self._episode_done, None
         if done is not None:
             done.succeed(row)
@@ -246,6 +299,13 @@ class Simulation(mesa.Model):
         done = self.episode_end_event()
         self.env.run(until=done)
         return done.value
+
+    def step(self) -> None:
+        """Mesa's step: one episode of the clock (nothing once ``episodes.count`` have run)."""
+        if not self.running:
+            return
+        self.run_episode()
+        self.running = self.episode < self.scenario.episodes.count
 
     def run(self, episodes: int | None = None, on_episode: Callable[[dict], None] | None = None) -> list[dict]:
         n = self.scenario.episodes.count if episodes is None else episodes

@@ -2,6 +2,12 @@
 
 Events are appended in batches of numpy arrays (one append per decision batch, not per
 event) and concatenated once at the end, so logging stays off the hot path.
+
+Event kinds. The core's own kinds are ``EventKind`` (an application, the bank's two decisions
+and the two loan outcomes). A family with events of its own declares them in the registry
+(``abm.registry.FAMILY_EVENT_KINDS``) and asks ``kind_code(name)`` for their int8 codes; the
+``kind`` column of every log is a categorical over the whole vocabulary (core kinds, then every
+registered family's in registry order), so logs of different families share one coding.
 """
 
 from __future__ import annotations
@@ -12,20 +18,30 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from abm import registry
+
 
 class EventKind(enum.IntEnum):
+    """The core's event kinds (every family's bank applies, decides, and sees loans resolve)."""
+
     APPLY = 0
     APPROVE = 1
     REJECT = 2
     REPAY = 3
     DEFAULT = 4
-    # families beyond Eutopia
-    ADMIT = 5
-    MANIPULATE = 6
-    LEAVE = 7
 
 
-KIND_NAMES = [k.name.lower() for k in EventKind]
+#: the ``kind`` categories: core kinds, then the families' own (codes follow this order)
+KIND_NAMES = [k.name.lower() for k in EventKind] + [
+    name for kinds in registry.FAMILY_EVENT_KINDS.values() for name in kinds]
+
+
+def kind_code(name: str) -> np.int8:
+    """The code of a registered event kind (a family's own, e.g. admissions' ``admit``)."""
+    try:
+        return np.int8(KIND_NAMES.index(name))
+    except ValueError:
+        raise KeyError(f"event kind {name!r} is not registered (abm.registry.FAMILY_EVENT_KINDS)") from None
 
 COLUMNS = {
     "time": np.float64,

@@ -5,16 +5,16 @@ The engine's *external* mode makes the bank's review process yield one
 ``reset`` builds a fresh ``Simulation`` and runs its clock to the first request; ``step(a)``
 answers the pending request with ``a`` (0 = reject, 1 = approve) and runs the clock to the next
 request (or to the end of the gym episode). Nothing about lending lives here: observations,
-rewards and true outcomes come from the family's world through these seams:
+rewards and true outcomes come from the family's world through these seams (``abm.world``):
 
-* ``world.obs_fields`` names the observation columns; ``world.obs_bounds`` (optional) gives
-  ``(low, high)`` arrays for the observation ``Box`` (default: the finite float32 range);
-* ``world.bank_reward_total`` (optional, else ``world.profit_total``): the bank's cumulative
+* ``world.obs_fields`` names the observation columns; ``ObservationBounds.obs_bounds`` (optional)
+  gives ``(low, high)`` arrays for the observation ``Box`` (default: the finite float32 range);
+* ``BankReward.bank_reward_total`` (optional, else ``world.profit_total``): the bank's cumulative
   reward; a step's reward is its increase between two consecutive requests, i.e. the reward
   of the decision just taken when decisions resolve at once (``review: immediate``). With
   batch review the outcomes of a whole batch resolve when its last decision is answered, and
   their reward is returned on that step;
-* ``world.true_outcome(idx)`` (optional, else ``not cols["default"]``): whether each applicant
+* ``TrueOutcomes.true_outcome(idx)`` (optional, else ``not cols["default"]``): whether each applicant
   would repay / succeed if approved, for recall-type metrics (it goes to ``info``, never to
   the observation).
 
@@ -29,15 +29,17 @@ unless asked otherwise.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium
 import numpy as np
 import simpy
 from gymnasium import spaces
 
+from abm.build import simulation
 from abm.config import MAX_SEED, load_scenario
 from abm.errors import InvariantError, UserError
+from abm.world import BankReward, ObservationBounds, TrueOutcomes
 
 APPROVE, REJECT = 1, 0
 
@@ -55,19 +57,19 @@ def make_env(scenario, *overrides: str, sim_episodes: int = 1, **fields: Any) ->
     return AbmEnv(scenario, sim_episodes=sim_episodes)
 
 
-def world_reward(world) -> float:
+def _reward_reader(world) -> Callable[[], float]:
     """The bank's cumulative reward so far (the gym reward is its increase per step)."""
-    total = getattr(world, "bank_reward_total", None)
-    return float(world.profit_total if total is None else total)
+    if isinstance(world, BankReward):
+        return lambda: float(world.bank_reward_total)
+    return lambda: float(world.profit_total)
 
 
-def true_outcome(world, idx: np.ndarray) -> np.ndarray:
+def _outcome_reader(world) -> Callable[[np.ndarray], np.ndarray]:
     """Whether each applicant in ``idx`` would repay/succeed if approved (privileged)."""
-    fn = getattr(world, "true_outcome", None)
-    if callable(fn):
-        return np.asarray(fn(idx), dtype=bool)
+    if isinstance(world, TrueOutcomes):
+        return lambda idx: np.asarray(world.true_outcome(idx), dtype=bool)
     if "default" in world.cols:
-        return ~np.asarray(world.cols["default"][idx], dtype=bool)
+        return lambda idx: ~np.asarray(world.cols["default"][idx], dtype=bool)
     raise InvariantError(f"family {type(world).__module__!r} exposes no true outcome for the gym adapter")
 
 
@@ -91,10 +93,9 @@ class AbmEnv(gymnasium.Env):
         self.obs_fields = tuple(world.obs_fields)
         self.group_names = tuple(world.group_names)
         self.n_groups = len(self.group_names)
-        bounds = getattr(world, "obs_bounds", None)
         big = np.finfo(np.float32).max
-        low, high = (np.full(len(self.obs_fields), -big), np.full(len(self.obs_fields), big)) \
-            if bounds is None else bounds
+        low, high = world.obs_bounds if isinstance(world, ObservationBounds) else \
+            (np.full(len(self.obs_fields), -big), np.full(len(self.obs_fields), big))
         self.observation_space = spaces.Box(np.asarray(low, np.float32), np.asarray(high, np.float32),
                                             dtype=np.float32)
         self.action_space = spaces.Discrete(2)
@@ -103,12 +104,13 @@ class AbmEnv(gymnasium.Env):
 
     # -- simulation plumbing ----------------------------------------------------------------
     def _new_sim(self, seed: int) -> None:
-        from abm.engine import Simulation
-
         sc = self.scenario.model_copy(update={"seed": int(seed)})
         # no event log and no Mesa agent per applicant: the adapter reads neither (training speed)
-        self.sim = Simulation(sc, external=True, log_events=False, track_applicants=False)
+        self.sim = simulation(sc, external=True, log_events=False, track_applicants=False)
         self._start_episode = 0
+        world = self.sim.world  # its capabilities, asked once per simulation (not per step)
+        self._reward_total = _reward_reader(world)
+        self._outcome = _outcome_reader(world)
 
     def _advance(self) -> bool:
         """Run the clock to the next decision request; False when the gym episode ended first.
@@ -132,7 +134,7 @@ class AbmEnv(gymnasium.Env):
                 req = self._req = ready.value
                 one = self._one
                 one[0] = req.agent_id
-                self._pending = (int(req.agent_id), int(req.group), bool(true_outcome(sim.world, one)[0]),
+                self._pending = (int(req.agent_id), int(req.group), bool(self._outcome(one)[0]),
                                  self._obs(req.obs))
                 return True
             if len(sim.episode_rows) - self._start_episode >= self.sim_episodes:
@@ -173,13 +175,13 @@ class AbmEnv(gymnasium.Env):
         if a not in (REJECT, APPROVE):
             raise gymnasium.error.InvalidAction(f"action must be 0 (reject) or 1 (approve), got {action!r}")
         world = self.sim.world
-        before = world_reward(world)
+        before = self._reward_total()
         agent_id, group, outcome, obs_before = self._pending
         decided = {"agent_id": agent_id, "group": group, "action": a, "outcome": outcome,
                    "obs": obs_before.copy()}
         req.decided.succeed(a)
         alive = self._advance()
-        reward = world_reward(world) - before
+        reward = self._reward_total() - before
         # the decided applicant as the agent sees it after the decision resolved (transition
         # data for dynamics models, e.g. the Bisimulator's T_psi(s' | s, a, g))
         one = self._one

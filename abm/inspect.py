@@ -1,4 +1,12 @@
-"""Reading run folders: an applicant's timeline and a group's summary (``abm inspect``)."""
+"""Reading run folders: an applicant's timeline and a group's summary (``abm inspect``).
+
+Run folders come from disk and may be truncated, corrupted, hand-edited or from another tool:
+every problem with one is a one-line ``UserError`` naming the file (exit 2), never a traceback.
+``load_run`` checks what the readers rely on: ``summary.json`` is a JSON object,
+``episodes.parquet`` has rows and a numeric ``time``, ``agents.parquet`` has rows, a ``group``
+column and integer ``agent_id`` 0..n-1 in row order; ``Run.events`` checks the event log's
+columns and types before filtering it. A study folder is recognised and its runs are listed.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +14,55 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from abm.errors import UserError
+
+EVENT_COLUMNS = ("time", "episode", "agent_id", "kind")  # what a timeline needs; amount etc. are optional
+NUMERIC_EVENT_COLUMNS = ("time", "amount", "wealth_after", "decision_prob")
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _is_int(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or (pa.types.is_dictionary(kind) and pa.types.is_integer(kind.value_type))
+
+
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind)
+
+
+def _type_name(kind: pa.DataType) -> str:
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return "string" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else str(kind)
+
+
+def _schema(path: Path) -> pa.Schema:
+    if not path.exists():
+        raise UserError(f"{path}: missing")
+    if not path.is_file():
+        raise UserError(f"{path}: not a file")
+    try:
+        return pq.read_schema(path)
+    except Exception as exc:  # noqa: BLE001  pyarrow raises many kinds for a damaged or foreign file
+        raise UserError(f"{path}: unreadable run folder: not a Parquet file, or a damaged one ({_reason(exc)})") from None
+
+
+def _read(path: Path, **kwargs) -> pd.DataFrame:
+    """``path`` read whole (or filtered) into pandas; any failure is a one-line UserError naming it."""
+    _schema(path)
+    try:
+        # page checksums are verified where the writer stored them (pyarrow's write_page_checksum)
+        return pq.read_table(path, page_checksum_verification=True, **kwargs).to_pandas()
+    except Exception as exc:  # noqa: BLE001  truncated or corrupted pages surface here, as any pyarrow error
+        raise UserError(f"{path}: unreadable run folder: not a Parquet file, or a damaged one ({_reason(exc)})") from None
 
 
 @dataclass
@@ -22,48 +75,109 @@ class Run:
     def events(self, agent_id: int | None = None, group: str | None = None) -> pd.DataFrame:
         """Events, filtered while reading (the whole log is never loaded for one applicant)."""
         path = self.folder / "events.parquet"
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"{self.folder}: this run did not keep an event log (outputs.events: false)")
+        schema = _schema(path)
+        needed = [*EVENT_COLUMNS, *(["group"] if group is not None else [])]
+        missing = [c for c in needed if c not in schema.names]
+        if missing:
+            raise UserError(f"{path}: no column {', '.join(missing)} (columns: {', '.join(schema.names) or 'none'})")
+        if not _is_int(schema.field("agent_id").type):
+            raise UserError(f"{path}: agent_id is {_type_name(schema.field('agent_id').type)}, expected integers")
+        for name in NUMERIC_EVENT_COLUMNS:
+            if name in schema.names and not _is_number(schema.field(name).type):
+                raise UserError(f"{path}: {name} is {_type_name(schema.field(name).type)}, expected numbers")
         filters = []
         if agent_id is not None:
             filters.append(("agent_id", "=", int(agent_id)))
         if group is not None:
             filters.append(("group", "=", str(group)))
-        table = pq.read_table(path, filters=filters or None)
-        return table.to_pandas()
+        return _read(path, filters=filters or None)
+
+
+def study_runs(folder: str | Path) -> list[tuple[str, bool]] | None:
+    """``[(run id, finished?), ...]`` when ``folder`` is a study folder (``manifest.json`` or
+    ``runs/`` and no ``summary.json``), else None. A damaged manifest falls back to ``runs/``."""
+    folder = Path(folder)
+    if not folder.is_dir() or (folder / "summary.json").is_file():
+        return None
+    manifest, runs = folder / "manifest.json", folder / "runs"
+    if not (manifest.is_file() or runs.is_dir()):
+        return None
+    ids: list[str] = []
+    try:
+        ids = [str(spec["run_id"]) for spec in json.loads(manifest.read_text())["runs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if not ids and runs.is_dir():
+        ids = sorted(p.name for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return [(i, (runs / i / "summary.json").is_file()) for i in ids]
+
+
+def _study_error(folder: Path, runs: list[tuple[str, bool]]) -> UserError:
+    done = [i for i, ok in runs if ok]
+    example = f" e.g. `abm inspect {folder / 'runs' / done[0]} --agent 0`" if done else ""
+    return UserError(f"{folder}: a study folder ({len(done)} of {len(runs)} runs finished), not a run folder: "
+                     f"inspect one of its runs in {folder / 'runs'}/,{example}".rstrip(","))
 
 
 def load_run(folder: str | Path) -> Run:
     folder = Path(folder)
     if not folder.is_dir():
-        raise UserError(f"{folder}: no such run folder")
+        raise UserError(f"{folder}: no such run folder" if not folder.exists() else f"{folder}: not a folder")
+    runs = study_runs(folder)
+    if runs is not None:
+        raise _study_error(folder, runs)
     summary_path = folder / "summary.json"
     if not summary_path.is_file():
         raise UserError(f"{folder}: not a complete run folder (no summary.json)")
     try:
-        summary = json.loads(summary_path.read_text())
-        episodes = pd.read_parquet(folder / "episodes.parquet")
-        agents = pd.read_parquet(folder / "agents.parquet")
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{folder}: unreadable run folder ({exc})") from None
+        summary = json.loads(summary_path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise UserError(f"{summary_path}: unreadable ({_reason(exc)})") from None
+    if not isinstance(summary, dict):
+        raise UserError(f"{summary_path}: expected a JSON object, got {type(summary).__name__}")
+    episodes = _read(folder / "episodes.parquet")
+    if episodes.empty:
+        raise UserError(f"{folder / 'episodes.parquet'}: no episodes (0 rows)")
+    if "time" not in episodes.columns or not pd.api.types.is_numeric_dtype(episodes["time"]):
+        raise UserError(f"{folder / 'episodes.parquet'}: no numeric 'time' column")
+    agents = _read(folder / "agents.parquet")
+    _check_agents(folder / "agents.parquet", agents)
     return Run(folder, summary, episodes, agents)
+
+
+def _check_agents(path: Path, agents: pd.DataFrame) -> None:
+    if agents.empty:
+        raise UserError(f"{path}: no applicants (0 rows)")
+    for name in ("agent_id", "group"):
+        if name not in agents.columns:
+            raise UserError(f"{path}: no '{name}' column (columns: {', '.join(map(str, agents.columns))})")
+    ids = agents["agent_id"]
+    if not pd.api.types.is_integer_dtype(ids):
+        kind = "string" if pd.api.types.is_string_dtype(ids) or ids.dtype == object else str(ids.dtype)
+        raise UserError(f"{path}: agent_id is {kind}, expected integers")
+    if not np.array_equal(ids.to_numpy(), np.arange(len(ids))):
+        raise UserError(f"{path}: agent_id must be 0..{len(ids) - 1} in row order")
 
 
 def agent_timeline(run: Run, agent_id: int, limit: int = 200):
     from rich.table import Table
 
+    if limit < 0:
+        raise UserError(f"--limit: must be 0 or more, got {limit}")
     if not (0 <= agent_id < len(run.agents)):
         raise UserError(f"--agent: no applicant {agent_id} (ids are 0..{len(run.agents) - 1})")
     row = run.agents.iloc[agent_id]
     ev = run.events(agent_id=agent_id)
-    title = (f"applicant {agent_id} (group {row['group']}): initial wealth {row['initial_wealth']:.2f}, "
-             f"final {row['final_wealth']:.2f}, {len(ev)} events")
+    title = (f"applicant {agent_id} (group {row['group']}): initial wealth {_money(row.get('initial_wealth'))}, "
+             f"final {_money(row.get('final_wealth'))}, {len(ev)} events")
     table = Table(title=title)
     for col in ("time", "episode", "event", "amount", "wealth after", "decision prob"):
         table.add_column(col, justify="right")
-    for r in ev.head(limit).itertuples(index=False):
-        table.add_row(f"{r.time:.3f}", str(r.episode), str(r.kind), _num(r.amount), _num(r.wealth_after),
-                      _num(r.decision_prob))
+    for r in ev.head(limit).to_dict("records"):
+        table.add_row(_num(r.get("time")), str(r.get("episode")), str(r.get("kind")), _num(r.get("amount")),
+                      _num(r.get("wealth_after")), _num(r.get("decision_prob")))
     if len(ev) > limit:
         table.caption = f"first {limit} of {len(ev)} events (use --limit)"
     return table
@@ -82,14 +196,24 @@ def group_summary(run: Run, group: str):
     numeric = [c for c in part.columns if c not in ("agent_id", "group") and pd.api.types.is_numeric_dtype(part[c])]
     for c in numeric:
         table.add_row(f"mean {c}", f"{part[c].astype(float).mean():.4f}")
-    if "approvals" in part.columns:
+    if "approvals" in part.columns and pd.api.types.is_numeric_dtype(part["approvals"]):
         table.add_row("share ever approved", f"{(part['approvals'] > 0).mean():.4f}")
     last = run.episodes.iloc[-1]
     for c in run.episodes.columns:
-        if c.endswith(f"_{group}"):
+        if str(c).endswith(f"_{group}") and pd.api.types.is_numeric_dtype(run.episodes[c]):
             table.add_row(f"last episode {c}", f"{float(last[c]):.4f}")
     return table
 
 
 def _num(v) -> str:
-    return "" if pd.isna(v) else f"{float(v):.3f}"
+    try:
+        return "" if v is None or pd.isna(v) else f"{float(v):.3f}"
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _money(v) -> str:
+    try:
+        return "?" if v is None else f"{float(v):.2f}"
+    except (TypeError, ValueError):
+        return str(v)

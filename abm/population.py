@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from abm import registry
+from abm.engine import STREAMS
+
 
 def generate_population(scenario) -> pd.DataFrame:
     """Build the scenario's world (seeded exactly as a run would) and return its population."""
-    from abm.engine import STREAMS
-    from abm.families import module
-
-    mod = module(scenario.family)
+    mod = registry.family_module(scenario.family)
     seeds = np.random.SeedSequence(scenario.seed).spawn(len(STREAMS))
     rng = np.random.default_rng(seeds[STREAMS.index("population")])
     return mod.population_table(scenario, rng)

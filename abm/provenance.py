@@ -9,6 +9,17 @@ run and keeps the old folder beside it (``<name>.stale-<old fingerprint>``); a s
 stale runs (resuming a long study must not silently redo it) but says how many there are, and
 ``abm study --recompute-stale`` redoes them the same way. Folders written before fingerprints
 existed carry none; they are reported as of unknown code, never treated as stale.
+
+Plugins (``abm.registry``: a user's ``module:Class`` policy or ``package.module`` family, or an
+installed package's entry point) are code too: the fingerprint of a run that uses one is
+``<12 hex digits>+<module>=<8 hex digits>`` per plugin module, the digits hashing the plugin's
+source files (every ``.py`` file of its top-level package, or its one module file; for a class
+defined where there is no file, e.g. a notebook, its source). The recorded string names the
+modules, so whether a recorded fingerprint differs from the running code is decided from the
+string alone (``differs``), by any process that can find the plugin's files. An edited plugin
+therefore recomputes instead of silently reusing a run folder; a plugin that cannot be found
+any more counts as other code. A plugin's hash is taken once per process, when first asked for:
+the code that process runs (an edit after a module was imported does not change what runs).
 """
 
 from __future__ import annotations
@@ -16,8 +27,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
+import inspect
 import json
 import os
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -27,7 +41,7 @@ LIBRARIES = ("numpy", "scipy", "pandas", "scikit-learn", "torch", "mesa", "simpy
 
 
 @functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
+def _project_fingerprint() -> str:
     """12 hex digits naming this source tree and its result-shaping library versions."""
     digest = hashlib.sha256()
     for package in PACKAGES:
@@ -44,17 +58,108 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:12]
 
 
+def code_fingerprint(scenario=None) -> str:
+    """This source tree's fingerprint; for ``scenario``, with its plugins' (``+module=hash``)."""
+    base = _project_fingerprint()
+    if scenario is None:
+        return base
+    from abm import registry
+
+    modules = registry.plugin_modules(scenario.policy.name, scenario.family)
+    return base + "".join(f"+{m}={plugin_hash(m)}" for m in modules if not _is_project_module(m))
+
+
+code_fingerprint.cache_clear = _project_fingerprint.cache_clear  # the old lru_cache's handle
+
+
+def _is_project_module(module: str) -> bool:
+    return module.split(".")[0] in PACKAGES
+
+
+def _top_spec(module: str):
+    top = module.split(".")[0]
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        return getattr(loaded, "__spec__", None), loaded
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:  # where the registry's fallback would find it: the working directory
+        for candidate in (Path.cwd() / top / "__init__.py", Path.cwd() / f"{top}.py"):
+            if candidate.is_file():
+                locations = [str(candidate.parent)] if candidate.name == "__init__.py" else None
+                return importlib.util.spec_from_file_location(top, candidate,
+                                                              submodule_search_locations=locations), None
+    return spec, None
+
+
+def plugin_files(module: str) -> list[Path]:
+    """The source files a plugin module's hash covers: its top-level package's ``.py`` files, or
+    the top-level module's file (none when it has no file or cannot be found)."""
+    spec, loaded = _top_spec(module)
+    if loaded is not None and getattr(loaded, "__path__", None) is not None:
+        roots = [Path(p) for p in loaded.__path__]
+    elif spec is not None and spec.submodule_search_locations:
+        roots = [Path(p) for p in spec.submodule_search_locations]
+    else:
+        origin = getattr(loaded, "__file__", None) or (spec.origin if spec is not None else None)
+        return [Path(origin)] if origin and Path(origin).is_file() else []
+    files = []
+    for root in roots:
+        files += [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
+    return sorted(set(files))
+
+
+_PLUGIN_HASHES: dict[str, str] = {}
+
+
+def plugin_hash(module: str) -> str:
+    """8 hex digits of a plugin module's sources ('unknown' when none can be found)."""
+    if module in _PLUGIN_HASHES:
+        return _PLUGIN_HASHES[module]
+    digest, found = hashlib.sha256(), False
+    for path in plugin_files(module):
+        found = True
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    if not found:  # e.g. a class defined in a notebook: hash the source of what was registered
+        from abm import registry
+
+        for cls in registry.registered_classes(module):
+            try:
+                digest.update(inspect.getsource(cls).encode() + b"\0")
+                found = True
+            except (OSError, TypeError):
+                pass
+    if not found:
+        return "unknown"  # not remembered: the module may become findable (the registry's cwd fallback)
+    _PLUGIN_HASHES[module] = value = digest.hexdigest()[:8]
+    return value
+
+
+def differs(recorded: str | None, scenario=None) -> bool:
+    """A recorded fingerprint names other code (None, from before fingerprints, never does): the
+    project's differs, or one of the plugins it names hashes differently now (or cannot be found).
+    With ``scenario``, also when the run's plugins are not the ones recorded."""
+    if recorded is None:
+        return False
+    base, *plugins = recorded.split("+")
+    if base != _project_fingerprint():
+        return True
+    for part in plugins:
+        module, _, digest = part.partition("=")
+        now = plugin_hash(module)
+        if now == "unknown" or now != digest:
+            return True
+    return scenario is not None and recorded != code_fingerprint(scenario)
+
+
 def recorded_fingerprint(folder: Path) -> str | None:
     """The fingerprint a complete run folder recorded (None: none recorded, or unreadable)."""
     try:
         return json.loads((Path(folder) / "summary.json").read_text()).get("code_fingerprint")
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def differs(recorded: str | None) -> bool:
-    """A recorded fingerprint names other code (None, from before fingerprints, never does)."""
-    return recorded is not None and recorded != code_fingerprint()
 
 
 def is_stale(folder: Path) -> bool:

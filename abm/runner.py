@@ -3,14 +3,19 @@
 The folder is written under a temporary name beside its final name and renamed only once
 every file is complete, so a crash never leaves a folder that looks finished. A run whose
 final folder already exists (same config hash) is not recomputed: nothing computed is lost.
-A complete folder computed by other code (``abm.provenance``) is set aside, not overwritten.
+A complete folder computed by other code (``abm.provenance``) is set aside, not overwritten; so is
+a complete folder with a damaged file (``run_folder_problem``: kept as ``<name>.corrupt``), which
+is then recomputed. A temp folder names the process writing it (``.tmp-<name>-<hex>-p<pid>-<host>``):
+a later run of the same name removes those whose process is dead (a killed run's leftovers).
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -24,11 +29,18 @@ import pyarrow.parquet as pq
 import yaml
 
 from abm import __version__
+from abm.build import simulation
 from abm.config import config_hash, scenario_to_dict
 from abm.errors import InvariantError, UserError
 from abm.provenance import code_fingerprint, differs, recorded_fingerprint, set_aside
+from abm.world import HeadlineSummary, NullableMetrics
 
 COMPLETE_MARKER = "summary.json"  # written last: its presence means the folder is complete
+# the columns a readable run folder's tables must have (episodes: the engine's; events: the log's)
+EPISODE_COLUMNS = ("episode",)
+EVENT_COLUMNS = ("time", "episode", "agent_id", "group", "kind", "amount", "wealth_after", "decision_prob")
+# a temp run folder names its owner: .tmp-<run name>-<8 hex>-p<pid>-<8 hex of the host name>
+_OWNER = re.compile(r"-p(\d+)-([0-9a-f]{8})$")
 
 
 def run_name(scenario) -> str:
@@ -37,6 +49,82 @@ def run_name(scenario) -> str:
 
 def is_complete(folder: Path) -> bool:
     return (folder / COMPLETE_MARKER).is_file() and not folder.name.startswith(".tmp-")
+
+
+def run_folder_problem(folder: Path) -> str | None:
+    """Why a complete run folder cannot be used (a damaged file), or None. Checks ``summary.json``
+    (JSON), ``episodes.parquet`` (read whole: it is small and every reader needs it; its columns
+    and row count), ``events.parquet`` when present and ``agents.parquet`` (their footers: schema,
+    row counts), so a truncated or overwritten file is caught without reading every event."""
+    folder = Path(folder)
+    try:
+        summary = json.loads((folder / COMPLETE_MARKER).read_text())
+    except (OSError, ValueError) as exc:
+        return f"{COMPLETE_MARKER} is unreadable ({type(exc).__name__})"
+    if not isinstance(summary, dict):
+        return f"{COMPLETE_MARKER} is not a JSON object"
+    expected = [("episodes.parquet", EPISODE_COLUMNS, summary.get("episodes"), True),
+                ("events.parquet", EVENT_COLUMNS, summary.get("events"), False),
+                ("agents.parquet", (), None, True)]
+    for name, columns, rows, required in expected:
+        path = folder / name
+        if not path.is_file():
+            if required:
+                return f"{name} is missing"
+            continue
+        try:
+            if name == "episodes.parquet":
+                table = pq.read_table(path)
+                names, count = table.column_names, table.num_rows
+            else:
+                meta = pq.ParquetFile(path)
+                names, count = meta.schema_arrow.names, meta.metadata.num_rows
+        except Exception as exc:  # ArrowInvalid, OSError, ...: any damage of the file
+            return f"{name} is unreadable ({type(exc).__name__})"
+        missing = [c for c in columns if c not in names]
+        if missing:
+            return f"{name} lacks column(s) {', '.join(missing)}"
+        if isinstance(rows, int) and count != rows:
+            return f"{name} has {count} rows, {COMPLETE_MARKER} says {rows}"
+    return None
+
+
+def set_aside_corrupt(folder: Path) -> Path:
+    """Rename a corrupted run folder to ``<name>.corrupt[-k]`` (kept, never deleted); return the new path."""
+    folder = Path(folder)
+    target, k = folder.with_name(f"{folder.name}.corrupt"), 1
+    while target.exists():
+        k += 1
+        target = folder.with_name(f"{folder.name}.corrupt-{k}")
+    os.replace(folder, target)
+    return target
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(os.uname().nodename.encode()).hexdigest()[:8]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists (another user's)
+        return True
+    return True
+
+
+def remove_dead_temps(root: Path, name: str) -> list[Path]:
+    """Remove ``.tmp-<name>-*`` folders whose owner (the pid in the name, on this host) is dead: what
+    a killed run left. Folders of a live process, of another host, or without an owner are kept."""
+    removed = []
+    for tmp in Path(root).glob(f".tmp-{name}-*"):
+        owner = _OWNER.search(tmp.name)
+        if owner is None or owner.group(2) != _host_tag() or not tmp.is_dir() or _alive(int(owner.group(1))):
+            continue
+        shutil.rmtree(tmp, ignore_errors=True)
+        removed.append(tmp)
+    return removed
 
 
 def safe_child(root: Path, name: str) -> Path:
@@ -53,18 +141,12 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
     pq.write_table(table, path, compression="zstd")
 
 
-def ledger_profit(events: pd.DataFrame, tau_interest: float) -> float:
-    """Bank profit recomputed from the event log alone."""
-    kind = events["kind"].astype(str)
-    repaid = events.loc[kind == "repay", "amount"].sum()
-    defaulted = events.loc[kind == "default", "amount"].sum()
-    return float(tau_interest * repaid - defaulted)
-
-
 def check_run(sim, episodes: pd.DataFrame, events: pd.DataFrame | None) -> None:
     """End-of-run invariants: the world's own, the event ledger and the metric table."""
-    sim.world.check_invariants()
-    optional = ("inequality_ratio", *getattr(sim.world, "nullable_metrics", ()))  # e.g. recall before any repayer
+    world = sim.world
+    world.check_invariants()
+    nullable = world.nullable_metrics if isinstance(world, NullableMetrics) else ()  # e.g. recall before any repayer
+    optional = ("inequality_ratio", *nullable)
     required = [c for c in episodes.columns if c not in optional]
     if episodes[required].isna().any().any():
         bad = [c for c in required if episodes[c].isna().any()]
@@ -79,29 +161,13 @@ def check_run(sim, episodes: pd.DataFrame, events: pd.DataFrame | None) -> None:
         if np.any((probs < 0) | (probs > 1)):
             raise InvariantError(f"invariant 'decision probabilities in [0, 1]' broken: "
                                  f"{probs[(probs < 0) | (probs > 1)][:3].tolist()}")
-    tau = getattr(getattr(sim.scenario, "population", None), "tau_interest", None)
-    ledger_check = getattr(sim.world, "ledger_check", None)  # a family's own ledger (score families)
-    if events is not None and callable(ledger_check):
-        ledger_check(events)
-    elif events is not None and tau is not None:
-        ledger = ledger_profit(events, tau)
-        if not np.isclose(ledger, sim.world.profit_total, rtol=1e-9, atol=1e-6):
-            raise InvariantError(f"invariant 'profit equals the event ledger' broken: "
-                                 f"ledger {ledger:.6f}, bank {sim.world.profit_total:.6f}")
-        for g in sim.world.group_names:
-            col = f"applications_{g}"
-            if col in episodes.columns:
-                n_events = int(((events["kind"].astype(str) == "apply") & (events["group"].astype(str) == g)).sum())
-                if n_events != int(episodes[col].sum()):
-                    raise InvariantError(f"invariant 'counts consistent' broken: {col} {int(episodes[col].sum())} "
-                                         f"vs {n_events} apply events")
+    if events is not None:  # the family's own ledger: profit and counts recomputed from the events
+        world.ledger_check(events, episodes)
 
 
 def execute(scenario, *, on_episode: Callable[[dict], None] | None = None, policy=None):
     """Simulate ``scenario``; return (sim, episodes frame, events frame or None)."""
-    from abm.engine import Simulation
-
-    sim = Simulation(scenario, policy=policy)
+    sim = simulation(scenario, policy)
     sim.run(on_episode=on_episode)
     episodes = pd.DataFrame(sim.episode_rows)
     events = sim.log.to_frame() if sim.log.enabled else None
@@ -159,19 +225,23 @@ def _remove_empty_tree(top: Path, leaf: Path) -> None:
 def _run_into(root: Path, scenario, on_episode, reuse: bool, policy, name: str | None, stale: str,
               notify: Callable[[str], None]) -> tuple[Path, bool]:
     final = safe_child(root, name or run_name(scenario))
+    remove_dead_temps(root, final.name)
+    problem = run_folder_problem(final) if is_complete(final) else None
+    if problem is not None:  # a corrupted complete folder: kept beside, recomputed
+        notify(f"{final}: {problem}; the folder is kept as {set_aside_corrupt(final).name} and the run recomputed")
     if is_complete(final):
         old = recorded_fingerprint(final)
-        if reuse and not differs(old):
+        if reuse and not differs(old, scenario):
             return final, False
         if reuse and stale == "reuse":
-            notify(f"{final}: computed by other code (fingerprint {old}, now {code_fingerprint()}); reused")
+            notify(f"{final}: computed by other code (fingerprint {old}, now {code_fingerprint(scenario)}); reused")
             return final, False
         why = "computed by other code" if reuse else "recomputing on request"
-        notify(f"{final}: {why} (fingerprint {old or 'unknown'}, now {code_fingerprint()}); "
+        notify(f"{final}: {why} (fingerprint {old or 'unknown'}, now {code_fingerprint(scenario)}); "
                f"the old folder is kept as {set_aside(final).name}")
     if final.exists() and not is_complete(final):
         raise UserError(f"{final} exists but is not a complete run folder; move it away first")
-    tmp = safe_child(root, f".tmp-{final.name}-{uuid.uuid4().hex[:8]}")
+    tmp = safe_child(root, f".tmp-{final.name}-{uuid.uuid4().hex[:8]}-p{os.getpid()}-{_host_tag()}")
     started = time.perf_counter()
     sim, episodes, events = execute(scenario, on_episode=on_episode, policy=policy)
     wall = time.perf_counter() - started
@@ -183,7 +253,7 @@ def _run_into(root: Path, scenario, on_episode, reuse: bool, policy, name: str |
         shutil.rmtree(tmp, ignore_errors=True)
         reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
         error = UserError(f"{root}: cannot write run folder ({reason})")
-        error.errno = exc.errno  # a study stops on a full or read-only output folder (abm.study_exec)
+        error.errno = exc.errno  # a study stops on a full or read-only output folder (abm.study.execute)
         raise error from None
     if tmp.exists():  # another process finished the same run first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
@@ -198,7 +268,7 @@ def write_folder(folder: Path, scenario, sim, episodes: pd.DataFrame, events: pd
     if events is not None:
         write_parquet(events, folder / "events.parquet")
     write_parquet(sim.world.agents_table(), folder / "agents.parquet")
-    if callable(getattr(sim.policy, "prepare", None)):  # a trained policy: its weights + config (policies/deep)
+    if sim.policy is not None and sim.policy.saves:  # a trained policy: its weights + config
         sim.policy.save(folder / "policy")
     final = episodes.iloc[-1].to_dict() if len(episodes) else {}
     summary: dict[str, Any] = {
@@ -208,7 +278,7 @@ def write_folder(folder: Path, scenario, sim, episodes: pd.DataFrame, events: pd
         "objective": scenario.objective,
         "seed": scenario.seed,
         "config_hash": config_hash(scenario),
-        "code_fingerprint": code_fingerprint(),
+        "code_fingerprint": code_fingerprint(scenario),
         "episodes": int(len(episodes)),
         "events": int(sim.log.count),
         "final": {k: _jsonable(v) for k, v in final.items()},
@@ -217,9 +287,8 @@ def write_folder(folder: Path, scenario, sim, episodes: pd.DataFrame, events: pd
         "wall_seconds": round(wall, 3),
         "invariants": "passed",
     }
-    headline = getattr(sim.world, "headline_summary", None)  # a family's headline numbers (beta_belief:
-    if callable(headline):                                   # exact vs simulated), never over the above
-        summary.update({k: v for k, v in headline().items() if k not in summary})
+    if isinstance(sim.world, HeadlineSummary):  # a family's headline numbers (beta_belief: exact vs
+        summary.update({k: v for k, v in sim.world.headline_summary().items() if k not in summary})  # simulated)
     path = folder / COMPLETE_MARKER
     path.write_text(json.dumps(summary, indent=2, default=_jsonable))
 

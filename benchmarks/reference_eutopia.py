@@ -67,7 +67,7 @@ class ReferenceEutopia:
         self.rows: list[dict[str, Any]] = []
         self._refresh_weights()
         if policy is None:
-            from policies.registry import build
+            from abm.registry import build
 
             policy = build(scenario.policy, self._context(), rngs["policy"])
         self.policy = policy

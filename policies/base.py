@@ -1,10 +1,16 @@
 """The policy protocol: ``decide(obs, info) -> approval probabilities in [0, 1]``.
 
 ``decide`` validates shapes and ranges and delegates to ``_decide`` (the Stable-Baselines3
-habit). Learning policies override the hooks ``on_decisions``, ``on_outcomes`` and
-``on_episode_end``, and ``save``/``load``. A policy that publishes its own approval model (the
-scoring head applicants self-select on) returns ``(theta_g, theta_x, bias)`` from
-``approval_model()``.
+habit). The engine calls the hooks from one place each: ``prepare(sim)`` once before the clock
+starts (training, pretraining, loading), ``on_decisions`` after each decided batch,
+``on_outcomes`` when approved loans resolve, ``on_episode_end`` at each episode end. A policy
+that publishes its own approval model (the scoring head applicants self-select on) returns
+``(theta_g, theta_x, bias)`` from ``approval_model()``.
+
+What a policy needs from a scenario family is declared, not discovered: ``requires`` names
+capabilities (``abm.world``) checked against the family's when a scenario is validated;
+``privileged`` names the privileged columns it reads; ``saves`` says whether the run folder
+keeps its trained state (``save(folder)``).
 """
 
 from __future__ import annotations
@@ -13,13 +19,22 @@ import abc
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
+from abm.config import refuse_loose_scalars
 from abm.errors import InvariantError
+from abm.world import PolicyContext
 
 
 class NoParams(BaseModel):
+    """Base of every policy's parameters: frozen, unknown keys refused, numbers and flags as written."""
+
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_written(cls, data: Any) -> Any:
+        return refuse_loose_scalars(cls, data)
 
 
 class Policy(abc.ABC):
@@ -30,12 +45,20 @@ class Policy(abc.ABC):
     #: privileged per-applicant columns the policy reads from ``info.privileged`` (e.g. the
     #: oracle's latent default). Empty for policies that see only the observation.
     privileged: ClassVar[tuple[str, ...]] = ()
+    #: capabilities the policy needs from the scenario family (``abm.world``; empty: any family)
+    requires: ClassVar[frozenset[str]] = frozenset()
+    #: the registered policy to suggest where this one does not fit (e.g. a seed-002 counterpart)
+    twin: ClassVar[str | None] = None
+    #: whether the world must accumulate grad_theta log p(applications) for it (PERL)
+    needs_application_score: ClassVar[bool] = False
+    #: whether the run folder keeps the policy's trained state (``save(folder / "policy")``)
+    saves: ClassVar[bool] = False
 
-    def __init__(self, params: BaseModel, context: Any, rng: np.random.Generator):
+    def __init__(self, params: BaseModel, context: PolicyContext, rng: np.random.Generator):
         self.params = params
         self.context = context
         self.rng = rng
-        self.obs_index = {f: i for i, f in enumerate(getattr(context, "obs_fields", ()))}
+        self.obs_index = {f: i for i, f in enumerate(context.obs_fields)}
 
     def column(self, obs: np.ndarray, field: str) -> np.ndarray:
         """The observation column named ``field`` (names come from the family's obs_fields)."""
@@ -61,6 +84,9 @@ class Policy(abc.ABC):
         """Approval probabilities for the rows of ``obs`` (validated by ``decide``)."""
 
     # hooks ----------------------------------------------------------------------------------
+    def prepare(self, sim: Any) -> None:
+        """Called once by the engine before its clock starts (train, pretrain or load here)."""
+
     def on_decisions(self, obs: np.ndarray, info: Any, probs: np.ndarray, approved: np.ndarray) -> None:
         """Called after each batch is decided."""
 
@@ -76,3 +102,7 @@ class Policy(abc.ABC):
     def state(self) -> dict[str, Any]:
         """Small JSON-able facts about the policy for summary.json."""
         return {}
+
+    def save(self, path: Any) -> Any:
+        """Write the trained state into the folder ``path`` (policies with ``saves = True``)."""
+        raise NotImplementedError(f"policy {self.name!r} keeps no trained state")

@@ -25,17 +25,20 @@ from pydantic import Field
 from sklearn.linear_model import LogisticRegression
 
 from abm.errors import UserError
+from abm.world import ScoreCurveContext
 from policies.base import NoParams, Policy
 
 
 def _require_scores(name: str, context) -> None:
-    if not hasattr(context, "p_good"):
+    if not isinstance(context, ScoreCurveContext):
         raise UserError(f"policy {name!r} needs a family with a known score curve "
                         f"(credit_score, fico, admissions), not this one")
 
 
 class _ScorePolicy(Policy):
     """Base: reads the observed score and group columns named by the context."""
+
+    requires = frozenset({"score_curve"})
 
     def __init__(self, params, context, rng):
         _require_scores(self.name, context)

@@ -55,11 +55,11 @@ class WealthThreshold(Policy):
 
     name = "wealth_threshold"
     Params = WealthThresholdParams
+    requires = frozenset({"wealth"})
+    twin = "single_threshold"
 
     def _decide(self, obs, info):
-        from abm.families.eutopia import WEALTH_SCALE
-
-        return (self.column(obs, "wealth") * WEALTH_SCALE >= self.params.threshold).astype(float)
+        return (self.column(obs, "wealth") * self.context.obs_scale["wealth"] >= self.params.threshold).astype(float)
 
 
 class ScoreThresholdParams(NoParams):
@@ -71,6 +71,8 @@ class ScoreThreshold(Policy):
 
     name = "score_threshold"
     Params = ScoreThresholdParams
+    requires = frozenset({"wealth"})
+    twin = "single_threshold"
 
     def _decide(self, obs, info):
         return (self.column(obs, "approval_score") >= self.params.threshold).astype(float)
@@ -89,6 +91,8 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> floa
 
 class _GroupThresholds(Policy):
     """Per-group wealth thresholds computed from the population (application-weighted)."""
+
+    requires = frozenset({"wealth"})
 
     def __init__(self, params, context, rng):
         super().__init__(params, context, rng)
@@ -111,9 +115,7 @@ class _GroupThresholds(Policy):
         """The share of each group's expected applicants to approve."""
 
     def _decide(self, obs, info):
-        from abm.families.eutopia import WEALTH_SCALE
-
-        wealth = self.column(obs, "wealth") * WEALTH_SCALE
+        wealth = self.column(obs, "wealth") * self.context.obs_scale["wealth"]
         group = self.column(obs, "group").astype(int)
         if self._rate() >= 1.0:
             return np.ones(len(obs))
@@ -134,6 +136,7 @@ class DemographicParityQuota(_GroupThresholds):
     """Demographic-parity quota: per-group wealth thresholds approving the same share of each group."""
 
     name = "demographic_parity"
+    twin = "dp_threshold"
     Params = DemographicParityParams
 
     def _rate(self):
@@ -148,6 +151,8 @@ class EqualOpportunityThresholds(_GroupThresholds):
     """Equal-opportunity thresholds: the same true-positive rate on the Loanly label in each group."""
 
     name = "equal_opportunity"
+    requires = frozenset({"wealth", "labels"})
+    twin = "eo_threshold"
     Params = EqualOpportunityParams
     privileged = ("label",)
 

@@ -22,6 +22,8 @@ class OneStepPredictor(Policy):
     """
 
     name = "one_step"
+    requires = frozenset({"wealth"})
+    twin = "classifier"
     Params = OneStepParams
 
     def __init__(self, params, context, rng):

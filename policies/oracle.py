@@ -12,6 +12,7 @@ class Oracle(Policy):
 
     name = "oracle"
     privileged = ("default",)
+    requires = frozenset({"latent_default"})
 
     def _decide(self, obs, info):
         if info is None or "default" not in info.privileged:

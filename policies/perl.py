@@ -14,7 +14,7 @@ head. Derivation and the finite-difference check: docs/MODEL.md, "Learning lende
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +26,7 @@ class PERLLender(RLLender):
     """RL lender plus the performative (application-likelihood) policy gradient on its head."""
 
     name = "perl"
-    needs_application_score: ClassVar[bool] = True
+    needs_application_score = True
 
     def application_score(self, stats: dict[str, Any]) -> np.ndarray:
         score = stats.get("application_score")

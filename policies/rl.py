@@ -6,7 +6,7 @@ episode end the learner takes one Adam step on the episode's likelihood-ratio gr
 
     g = A_e * sum_k grad log pi(d_k | obs_k),   A_e = (R_e - baseline) / scale,
 
-with ``R_e`` the chosen objective's per-episode reward (``policies.objectives``) and an
+with ``R_e`` the chosen objective's per-episode reward (``abm.objectives``) and an
 exponential-moving-average baseline and scale: the *passive* policy gradient, the score of its
 own decisions only. The linear head ``h_theta`` is published to the world as the approval model
 applicants self-select on (``approval_model()``), so this learner is performative in effect but
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -26,8 +26,11 @@ import torch.nn.functional as F
 from pydantic import Field
 from scipy.special import expit
 
+from abm.build import simulation
+from abm.config import scenario_to_dict, validate_scenario_dict
 from abm.errors import UserError
-from policies import objectives
+from abm.world import ApprovalContext
+from abm import objectives
 from policies.base import NoParams, Policy
 from policies.torch_common import (LenderNet, ObsLayout, file_sha256, read_checkpoint, set_torch_threads,
                                    write_checkpoint)
@@ -52,6 +55,17 @@ class LenderParams(NoParams):
     load: str | None = Field(None, description="Start from this checkpoint (checkpoint.pt, its folder or a run folder).")
     load_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description=(
         "Expected SHA-256 of the checkpoint (set by `abm run --load`, so a run's identity follows the file)."))
+    credit: Literal["episode", "discounted"] = Field("episode", description=(
+        "episode: an episode's decisions are credited with that episode's reward only; discounted: with the "
+        "discounted return of the episodes that follow (sum_k gamma^k A_{e+k}), online through an "
+        "eligibility trace of the episodes' scores."))
+    gamma: float = Field(0.9, ge=0, lt=1, description=(
+        "credit: discounted - per-episode discount of later rewards (effective horizon 1 / (1 - gamma) episodes)."))
+
+
+#: parameters added after checkpoints were first written: left out of a checkpoint's config at
+#: their defaults, so default runs write the same files as before
+_OMIT_AT_DEFAULT = ("credit", "gamma")
 
 
 class RewardBaseline:
@@ -89,21 +103,19 @@ class RLLender(Policy):
 
     name = "rl"
     Params = LenderParams
-    #: whether the world must accumulate grad_theta log p(applications) (PERL only)
-    needs_application_score: ClassVar[bool] = False
+    requires = frozenset({"approval_model"})
+    saves = True
 
     def __init__(self, params, context, rng):
         super().__init__(params, context, rng)
         set_torch_threads()
-        approval = getattr(context, "approval", None)
-        if approval is None:
+        if not isinstance(context, ApprovalContext) or context.approval is None:
             raise UserError(f"policy {self.name!r}: needs a family that publishes an approval model (eutopia)")
-        from abm.families.eutopia import WEALTH_SCALE
-
+        approval = context.approval
         self.layout = ObsLayout(tuple(context.obs_fields))
         theta0 = (approval.theta_g, approval.theta_x, approval.bias) if params.head_init == "loanly" else (0.0, 0.0, 0.0)
-        self.net = LenderNet(self.layout, params.hidden, approval.wealth_mean, approval.wealth_std, WEALTH_SCALE,
-                             rng, theta0)
+        self.net = LenderNet(self.layout, params.hidden, approval.wealth_mean, approval.wealth_std,
+                             context.obs_scale["wealth"], rng, theta0)
         self.world_standardisation = (approval.wealth_mean, approval.wealth_std)
         self.optimizer = torch.optim.Adam([
             {"params": [self.net.theta], "lr": params.learning_rate},
@@ -118,6 +130,7 @@ class RLLender(Policy):
         self.last_episode: dict[str, Any] = {}
         self._obs: list[np.ndarray] = []
         self._approved: list[np.ndarray] = []
+        self.trace: list[torch.Tensor] | None = None  # credit: discounted - decayed sum of episode scores
         self._preparing = False
         self._report_every = 0  # episodes between progress lines (0: silent)
         self._report_total = 0
@@ -144,9 +157,10 @@ class RLLender(Policy):
 
     def _bind(self, world) -> None:
         """Express the head in ``world``'s wealth standardisation (the published theta means h there)."""
-        approval = getattr(world, "approval", None)
-        if approval is None:
+        context = world.policy_context()
+        if not isinstance(context, ApprovalContext) or context.approval is None:
             raise UserError(f"policy {self.name!r}: needs a family that publishes an approval model (eutopia)")
+        approval = context.approval
         self.world_standardisation = (approval.wealth_mean, approval.wealth_std)
         self.net.rebase(*self.world_standardisation)
 
@@ -155,9 +169,6 @@ class RLLender(Policy):
         self._report_every = max(1, total // 10) if sys.stderr.isatty() else 0
 
     def _pretrain(self, scenario, episodes: int) -> None:
-        from abm.config import scenario_to_dict, validate_scenario_dict
-        from abm.engine import Simulation
-
         data = scenario_to_dict(scenario)
         data["population"] = {**data["population"], "regime": "pretraining", "default_range": None}
         data["episodes"] = {**data["episodes"], "count": episodes}
@@ -166,7 +177,7 @@ class RLLender(Policy):
         pre = validate_scenario_dict(data, "pretraining")
         self.learning = True
         self._progress(episodes)
-        sim = Simulation(pre, policy=self, log_events=False)
+        sim = simulation(pre, self, log_events=False)
         start = len(self.rewards)
         sim.run()
         self.pretrained_episodes += episodes
@@ -212,7 +223,9 @@ class RLLender(Policy):
         self._obs, self._approved = [], []
         app_score = self.application_score(stats)
         self.last_episode = {"reward": reward, "obs": obs, "approved": approved, "application_score": app_score}
-        if self.learning:
+        if self.learning and self.params.credit == "discounted":
+            self._step_discounted(obs, approved, app_score, self.baseline.advantage(reward))
+        elif self.learning:
             adv = self.baseline.advantage(reward)
             if adv != 0.0:
                 self._step(obs, approved, app_score, adv)
@@ -224,10 +237,36 @@ class RLLender(Policy):
 
     def _step(self, obs: np.ndarray, approved: np.ndarray, app_score: np.ndarray | None, adv: float) -> None:
         self.optimizer.zero_grad()
+        (-adv * self._surrogate(obs, approved, app_score)).backward()
+        self.optimizer.step()
+        self.updates += 1
+
+    def _surrogate(self, obs: np.ndarray, approved: np.ndarray, app_score: np.ndarray | None) -> torch.Tensor:
         surrogate = self.log_prob(obs, approved).sum() if len(obs) else torch.zeros((), dtype=torch.float64)
         if app_score is not None:  # PERL: + theta . grad log p(applications), a constant vector
             surrogate = surrogate + (self.net.theta * torch.from_numpy(np.asarray(app_score, float))).sum()
-        (-adv * surrogate).backward()
+        return surrogate
+
+    def _step_discounted(self, obs: np.ndarray, approved: np.ndarray, app_score: np.ndarray | None,
+                         adv: float) -> None:
+        """Discounted credit, online (the backward view of REINFORCE with a discounted return):
+        the trace ``z_e = gamma z_{e-1} + s_e`` of the episodes' scores ``s_e`` (for PERL the
+        passive plus the application score) is stepped along ``A_e z_e``. Summed over episodes,
+        ``sum_e A_e z_e = sum_j s_j sum_{k>=0} gamma^k A_{j+k}``: episode j's decisions are
+        credited with the discounted advantages of every later episode, so an effect that
+        outlasts the episode (wealth raising later arrivals and repayments) reaches the
+        decisions that caused it. gamma = 0 is episode credit."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        surrogate = self._surrogate(obs, approved, app_score)
+        grads = torch.autograd.grad(surrogate, params, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+        gamma = self.params.gamma
+        self.trace = grads if self.trace is None else [gamma * z + g for z, g in zip(self.trace, grads)]
+        if adv == 0.0:
+            return
+        self.optimizer.zero_grad()
+        for p, z in zip(params, self.trace):
+            p.grad = -adv * z
         self.optimizer.step()
         self.updates += 1
 
@@ -236,7 +275,8 @@ class RLLender(Policy):
         return {"policy": self.name, "hidden": self.params.hidden, "obs_fields": list(self.layout.fields),
                 "wealth_mean": self.net.wealth_mean, "wealth_std": self.net.wealth_std,
                 "objective": str(self.objective), "episodes_seen": len(self.rewards), "updates": self.updates,
-                "params": self.params.model_dump()}
+                "params": {k: v for k, v in self.params.model_dump().items()
+                           if k not in _OMIT_AT_DEFAULT or v != type(self.params).model_fields[k].default}}
 
     def save(self, path: str | Path) -> Path:
         """Weights + optimiser + baseline with the config JSON (``path``: a .pt file or a folder)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -176,10 +178,19 @@ def write_checkpoint(path: str | Path, config: dict[str, Any], weights: dict, op
 
 
 def read_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict]:
-    """(file, config, blob) of a checkpoint, loaded with ``weights_only=True``; UserError if malformed."""
+    """(file, config, blob) of a checkpoint, loaded with ``weights_only=True``; UserError if malformed.
+
+    ``write_checkpoint`` always writes torch's zip format, so anything else (a bare pickle, torch's
+    legacy format) is refused before torch reads it: torch's weights-only unpickler would first
+    warn about the pickle protocol on stderr. Inside a zip such warnings are ours to turn into
+    the one error line, so they are silenced there too."""
     p = checkpoint_path(path)
+    if not zipfile.is_zipfile(p):
+        raise UserError(f"checkpoint {p}: not a readable torch checkpoint (not a zip archive, the format abm writes)")
     try:
-        blob = torch.load(p, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. "Detected pickle protocol 4 in the checkpoint"
+            blob = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises pickle/zip/runtime errors for foreign or damaged files
         raise UserError(f"checkpoint {p}: not a readable torch checkpoint ({type(exc).__name__})") from None
     if not isinstance(blob, dict) or blob.get("format") != CHECKPOINT_FORMAT:
@@ -199,7 +210,7 @@ def attach_checkpoint(scenario, path: str | Path):
     and its SHA-256, so the run's identity follows the checkpoint's content; deep lenders: their
     ``model_path`` folder)."""
     from abm.config import scenario_to_dict, validate_scenario_dict
-    from policies import registry
+    from abm import registry
 
     fields = registry.get(scenario.policy.name).Params.model_fields
     data = scenario_to_dict(scenario)

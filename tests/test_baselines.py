@@ -11,7 +11,7 @@ from abm.errors import UserError
 from abm.families.steps import RewardTable, ThresholdContext
 from abm.runner import execute
 from conftest import SCENARIOS
-from policies.registry import POLICIES, build, get
+from abm.registry import POLICIES, build, get
 
 P = np.array([0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
 COUNTS = [np.array([0, 10, 10, 20, 30, 30, 0]), np.array([10, 10, 20, 30, 30, 0, 0])]
@@ -27,7 +27,7 @@ def context(rewards=RewardTable(1.0, -1.0)):
 
     return ThresholdContext(("credit_score", "group", "repay_ratio", "default_ratio"), ("G1", "G2"),
                             "credit_score", lambda s, g: np.interp(s, np.arange(1, 8), P), rewards,
-                            score_counts, "credit_score")
+                            score_counts, family="credit_score")
 
 
 def make(name, **params):
@@ -87,10 +87,10 @@ def test_registry_keeps_eutopia_rules_and_adds_the_baselines():
 
 
 def test_score_baselines_refuse_eutopia_and_eutopia_rules_refuse_score_families(eutopia_small):
-    from abm.engine import Simulation
+    from abm.build import simulation
 
-    with pytest.raises(UserError, match="needs a family with a known score curve"):
-        Simulation(eutopia_small("policy.name=eo_threshold"))
+    with pytest.raises(UserError, match="'eo_threshold' does not apply to family 'eutopia': it needs a known score curve"):
+        simulation(eutopia_small("policy.name=eo_threshold"))  # refused when the scenario is validated
     with pytest.raises(UserError, match="use 'dp_threshold'"):
         load_scenario(SCENARIOS / "fico-delayed-impact.yaml", policy="demographic_parity")
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from abm import bench
-from abm.engine import Simulation
+from abm.build import simulation
 
 
 def _pair(scenario, reference_scenario=None, episodes=40):
-    sim = Simulation(scenario)
+    sim = simulation(scenario)
     ref = bench.load_reference().ReferenceEutopia(reference_scenario or scenario)
     sim.run(episodes)
     ref.run(episodes)

@@ -15,15 +15,17 @@ import pytest
 
 from abm.config import load_scenario
 from abm.errors import UserError
-from policies.fair_mdp.mdp import presimulated_distribution
+from abm.families.loan_mdp.mdp import presimulated_distribution
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "beta-belief-loans.yaml"
+# the setting before issue 18 (CEM_loan.py's gamma 0.5, T = (1, 5)): tests that pin its numbers read it
+CEM = ROOT / "scenarios" / "beta-belief-loans-cem.yaml"
 SMALL = ("episodes.horizon=6", "episodes.count=2", "population.size=200", "outputs.events=true")
 
 
-def scenario(*overrides, policy=None):
-    return load_scenario(SCENARIO, list(overrides), policy=policy)
+def scenario(*overrides, policy=None, path=SCENARIO):
+    return load_scenario(path, list(overrides), policy=policy)
 
 
 def simulate(sc):
@@ -88,7 +90,7 @@ def test_transitions_accept_and_reject():
 ])
 def test_simulated_agrees_with_exact(policy, extra):
     sim, episodes, _ = simulate(scenario("episodes.horizon=10", "episodes.count=4", "population.size=3000",
-                                         *extra, policy=policy))
+                                         *extra, policy=policy, path=CEM))
     head = sim.world.headline_summary()
     for key in ("reward", "dp_gap", "eo_gap"):
         exact, simulated, se = head[f"exact_{key}"], head[f"sim_{key}"], head[f"sim_{key}_se"]
@@ -103,14 +105,14 @@ def test_simulated_agrees_with_exact(policy, extra):
 
 
 def test_policy_decisions_equal_the_solved_table():
-    from abm.engine import Simulation
+    from abm.build import simulation
 
-    sim = Simulation(scenario(*SMALL, "policy.constraint=eo", policy="fair_lp"))
+    sim = simulation(scenario(*SMALL, "policy.constraint=eo", policy="fair_lp"))
     table = sim.world.policy_table()
     live = ~sim.world.mdp.terminal
     assert np.array_equal(table[live], sim.policy.table[live])
     row = sim.run_episode()
-    from policies.fair_mdp.evaluate import evaluate_policy
+    from abm.families.loan_mdp.evaluate import evaluate_policy
     assert row["exact_eo_gap"] == pytest.approx(evaluate_policy(sim.world.mdp, sim.policy.table).eo_gap, abs=1e-12)
     assert abs(row["exact_eo_gap"]) <= 0.1 + 1e-7
 
@@ -169,10 +171,10 @@ def test_bad_configurations_are_one_line_errors():
 
 
 def test_fair_policy_outside_its_family_is_refused(eutopia_small):
-    from abm.engine import Simulation
+    from abm.build import simulation
 
     with pytest.raises(UserError, match="beta_belief"):
-        Simulation(eutopia_small("policy.name=race_blind"))
+        simulation(eutopia_small("policy.name=race_blind"))
 
 
 def test_fico_fitted_priors():
@@ -191,11 +193,11 @@ def test_fico_fitted_priors():
 
 
 def test_rollout_evaluator_estimates_the_exact_value():
+    from abm.families.loan_mdp.mdp import build_loan_mdp
     from policies.fair_mdp.cce import ExactEvaluator, loan_features
-    from policies.fair_mdp.mdp import build_loan_mdp
     from policies.fair_mdp.rollout import RolloutEvaluator
 
-    sc = scenario("episodes.horizon=10")
+    sc = scenario("episodes.horizon=10", path=CEM)
     mdp = build_loan_mdp(sc.mdp_params())
     theta = np.array([20.0, 0.5, 0.3, -16.0])  # accept roughly when the belief mean exceeds 0.8
     exact = ExactEvaluator(mdp, "dp", loan_features(mdp))(theta)
@@ -226,7 +228,7 @@ def test_full_size_agreement_at_reference_defaults():
 def test_fig1_table_from_a_study_folder(tmp_path):
     import pandas as pd
 
-    from policies.fair_mdp.fig1_study import tables
+    from abm.reports.seed001 import tables
 
     values = {"race_blind": (0.08, 0.27), "optimistic": (0.079, 0.26), "fair_cce": (0.07, 0.095),
               "fair_lp": (0.077, 0.1), "conservative": (0.0, 0.0)}

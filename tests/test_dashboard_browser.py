@@ -194,3 +194,73 @@ def test_live_view_steps_and_plays_to_the_last_episode(browser):
         wait.until(lambda d: not button("STEP").is_enabled())
     finally:
         server.close()
+
+
+# A page that tries to open the dashboard's kernel channel and reports how it went. The
+# refused handshake (HTTP 403) shows up in the browser as a close with code 1006.
+OPEN_WEBSOCKET = """
+const done = arguments[arguments.length - 1];
+let opened = false;
+const ws = new WebSocket(arguments[0]);
+ws.onopen = () => { opened = true; done("open"); ws.close(); };
+ws.onclose = (e) => { if (!opened) done("closed " + e.code); };
+setTimeout(() => done("no answer"), 20000);
+"""
+
+
+@pytest.fixture
+def foreign_page():
+    """A tiny page served by python's http.server on another loopback port (another origin)."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<!doctype html><title>foreign</title><p id='foreign'>another site</p>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_foreign_page_cannot_open_the_kernel_channel_but_the_dashboard_still_works(dashboard, browser,
+                                                                                      foreign_page):
+    import uuid
+    from urllib.parse import urlsplit
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    port = urlsplit(dashboard).port
+    browser.set_script_timeout(60)
+
+    def channel(host: str) -> str:
+        kernel = uuid.uuid4().hex
+        return f"ws://{host}:{port}/jupyter/api/kernels/{kernel}/channels?session_id={kernel}"
+
+    # from a page of another origin (127.0.0.1, another port: same site, so cookies would go along)
+    browser.get(foreign_page)
+    assert browser.find_element(By.ID, "foreign").text == "another site"
+    assert browser.execute_async_script(OPEN_WEBSOCKET, channel("127.0.0.1")) == "closed 1006"
+    assert browser.execute_async_script(OPEN_WEBSOCKET, channel("localhost")) == "closed 1006"
+    # the same script on the dashboard's own page opens it: the check above could see an open channel
+    browser.get(dashboard)
+    wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+    wait.until(lambda d: [t for t in d.find_elements(By.CSS_SELECTOR, ".v-tab") if t.text.upper() == "APPLICANTS"]
+               or None)
+    assert len(browser.find_elements(By.TAG_NAME, "img")) >= 6  # the page rendered over its own channel
+    assert browser.execute_async_script(OPEN_WEBSOCKET, channel("127.0.0.1")) == "open"
+    assert browser.execute_async_script(OPEN_WEBSOCKET, channel("localhost")) == "closed 1006"  # other origin

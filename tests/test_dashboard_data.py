@@ -266,7 +266,7 @@ def test_open_target_rereads_a_rewritten_folder(tmp_path, run_dir):
 def test_live_simulation_steps_one_episode_of_the_same_trajectory():
     from abm.config import load_scenario
     from abm.dashboard.live import LiveSimulation
-    from abm.engine import Simulation
+    from abm.build import simulation
 
     overrides = ("population.n_male=200", "population.n_female=200", "episodes.count=2")
     live = LiveSimulation(str(SCENARIOS / "eutopia.yaml"), seed=3, overrides=overrides)
@@ -276,7 +276,7 @@ def test_live_simulation_steps_one_episode_of_the_same_trajectory():
     live.step()
     assert not live.running
     live.step()  # a finished model stays finished
-    batch = Simulation(load_scenario(SCENARIOS / "eutopia.yaml", list(overrides), seed=3))
+    batch = simulation(load_scenario(SCENARIOS / "eutopia.yaml", list(overrides), seed=3))
     batch.run()
     pd.testing.assert_frame_equal(live.metrics(), pd.DataFrame(batch.episode_rows))
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from abm.config import load_scenario, validate_scenario_dict
-from abm.engine import Simulation
+from abm.build import simulation
 from abm.gym import AbmEnv
 from conftest import SCENARIOS
-from policies import registry
+from abm import registry
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -32,7 +32,7 @@ def scenario(**policy):
 
 def trained(name, **params):
     sc = scenario(name=name, **{"total_timesteps": BUDGET, **params})
-    sim = Simulation(sc)  # builds the policy and calls prepare(): training happens here
+    sim = simulation(sc)  # builds the policy and calls prepare(): training happens here
     return sim.policy, sc
 
 
@@ -104,7 +104,7 @@ def test_saved_model_reloads_with_its_config_and_decides_identically(tmp_path):
     policy, sc = trained("ppo", **FAST_PPO, total_timesteps=512)
     folder = policy.save(tmp_path / "policy")
     again = scenario(name="ppo", model_path=str(folder))
-    sim = Simulation(again)
+    sim = simulation(again)
     obs = np.array([[c, g, 0.5, 0.5] for c in range(1, 8) for g in (0, 1)], dtype=float)
     assert np.array_equal(sim.policy.decide(obs), policy.decide(obs))
     assert sim.policy.model.num_timesteps == policy.model.num_timesteps
@@ -191,7 +191,7 @@ def test_one_plus_one_lowers_j_dyn():
     from policies.deep.bisimulator import Bisimulator
 
     sc = scenario(name="bisim_ppo", **FAST_PPO, total_timesteps=256, dynamics_iterations=1)
-    sim = Simulation(sc)
+    sim = simulation(sc)
     lender = sim.policy
     lender.params = lender.params.model_copy(update={"dynamics_iterations": 16})
     lender.bisim.p = lender.params
@@ -218,7 +218,7 @@ def test_observation_dynamics_never_change_the_true_dynamics():
     sc = load_scenario(SCENARIOS / "lending-credit.yaml", ["episodes.count=2"], policy="approve_all")
     runs = []
     for repay, default in ((None, None), ([0.5, 2.0], [-2.0, -0.25])):
-        sim = Simulation(sc)  # approve_all is blind to the observation: the same decisions in both
+        sim = simulation(sc)  # approve_all is blind to the observation: the same decisions in both
         sim.world.set_observation_dynamics(repay, default)
         sim.run()
         runs.append(sim)
@@ -231,7 +231,7 @@ def test_observation_dynamics_never_change_the_true_dynamics():
 def test_trained_bisimulator_keeps_the_true_dynamics_and_sets_the_agents_view():
     policy, sc = trained("bisim_ppo", **FAST_PPO, dynamics_iterations=4, dynamics_rollout=64, outer_steps=256,
                          total_timesteps=512)
-    sim = Simulation(scenario(name="approve_all"))
+    sim = simulation(scenario(name="approve_all"))
     policy.configure_world(sim.world)
     assert sim.world.change_repay == 1.0 and sim.world.change_default == -1.0  # the truth (Table 3)
     assert np.allclose(np.concatenate([sim.world.obs_repay, sim.world.obs_default]), policy.bisim.omega)
@@ -273,7 +273,7 @@ def test_torch_device_is_cpu_by_default_and_chosen_by_the_environment(monkeypatc
     sc = load_scenario(SCENARIOS / "lending-credit.yaml",
                        ["policy.name=ppo", "policy.total_timesteps=128", "policy.n_steps=64", "population.size=50",
                         "episodes.count=1", "episodes.horizon=64"])
-    sim = Simulation(sc)
+    sim = simulation(sc)
     sim.run()
     assert str(sim.policy.model.device).startswith(torch_device())
     probs = sim.policy.decide(np.zeros((3, len(sim.policy.obs_fields))))

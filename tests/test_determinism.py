@@ -73,7 +73,7 @@ def test_another_process_with_another_hash_seed_writes_the_same_bytes(tmp_path):
 
 
 def test_one_local_worker_gives_the_serial_results(serial_study, tmp_path):  # noqa: F811
-    from abm.study_exec import local_client
+    from abm.study import local_client
 
     study, serial_dir, _ = serial_study
     with local_client(1, tmp_path / "scratch") as client:

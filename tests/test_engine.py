@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from abm.agents import Applicant
-from abm.engine import Simulation
-from abm.runner import execute, ledger_profit, run_to_folder
+from abm.build import simulation
+from abm.families.eutopia import ledger_profit
+from abm.runner import execute, run_to_folder
 
 
 def digest(path):
@@ -84,7 +85,7 @@ def test_inequality_ratio_nan_not_crash(eutopia_small):
 
 def test_clock_and_agents(eutopia_small):
     sc = eutopia_small("episodes.count=2")
-    sim = Simulation(sc)
+    sim = simulation(sc)
     assert sim.time == 0.0 and sim.env.now == 0.0
     row = sim.run_episode()
     assert row["episode"] == 0 and sim.time == pytest.approx(sc.episodes.horizon)
@@ -164,3 +165,25 @@ def test_a_run_computed_by_other_code_is_set_aside_not_reused(tmp_path, eutopia_
     again, computed = run_to_folder(eutopia_small(), tmp_path, reuse=False, notify=lines.append)
     assert computed and "on request" in lines[-1]
     assert len([p for p in tmp_path.iterdir() if ".stale-" in p.name]) == 2
+
+
+def test_a_finished_simulation_is_freed(eutopia_small):
+    """Mesa 3.3 keeps every model in ``Agent._ids``; the engine makes that registry weak, so many
+    runs in one process (a Dask worker) do not accumulate simulations."""
+    import gc
+    import weakref
+
+    import mesa
+
+    from abm.build import simulation
+
+    refs = []
+    for seed in range(5):
+        sim = simulation(eutopia_small("episodes.count=1", f"seed={seed}"))
+        sim.run()
+        assert sim.agents  # Mesa agents were registered (ids drawn from the per-model counter)
+        refs.append(weakref.ref(sim))
+        del sim
+    gc.collect()
+    assert [r() for r in refs] == [None] * 5
+    assert len(mesa.Agent._ids) == 0

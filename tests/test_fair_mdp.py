@@ -1,21 +1,22 @@
-"""Tests of policies.fair_mdp: the seed-001 loan MDP, exact evaluation, LP, CCE, baselines, ETC."""
+"""Tests of the seed-001 loan MDP and its exact evaluation (abm.families.loan_mdp) and of the
+planners on it (policies.fair_mdp): LP, CCE, baselines, ETC."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from abm.families.loan_mdp.evaluate import (Constraint, LayeredEvaluator, evaluate_policy,
+                                           subpopulation_masks, value_function)
+from abm.families.loan_mdp.mdp import (MAJORITY, MINORITY, Action, LoanMDPParams, bank_reward,
+                                      build_loan_mdp, presimulated_distribution)
 from policies.fair_mdp.baselines import (conservative_policy, depends_only_on_belief,
                                          optimistic_policy, race_blind_policy,
                                          unconstrained_optimum)
 from policies.fair_mdp.cce import (CCEConfig, ExactEvaluator, constrained_cross_entropy,
                                    loan_features, sigmoid_policy)
 from policies.fair_mdp.etc import explore_then_commit, simulate_transitions
-from policies.fair_mdp.evaluate import (Constraint, LayeredEvaluator, evaluate_policy,
-                                        subpopulation_masks, value_function)
 from policies.fair_mdp.lp import solve_fair_lp
-from policies.fair_mdp.mdp import (MAJORITY, MINORITY, Action, LoanMDPParams, bank_reward,
-                                   build_loan_mdp, presimulated_distribution)
 
 DP = Constraint.DEMOGRAPHIC_PARITY
 EO = Constraint.EQUAL_OPPORTUNITY

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from abm.config import load_scenario
-from abm.engine import Simulation
+from abm.build import simulation
 from abm.errors import UserError
 from abm.runner import execute
 from conftest import SCENARIOS
@@ -46,7 +46,7 @@ def test_determinism_same_seed_same_event_log():
 # -- credit_score -----------------------------------------------------------------------------
 
 def test_credit_transition_moves_score_and_pays_reward():
-    sim = Simulation(scenario("lending-credit", "policy.name=approve_all"))
+    sim = simulation(scenario("lending-credit", "policy.name=approve_all"))
     w = sim.world
     rng = np.random.default_rng(0)
     for i in (0, 1, 2, 3):
@@ -88,7 +88,7 @@ def test_observation_dynamics_change_the_view_not_the_world():
 
 
 def test_conscientiousness_enters_repayment_as_documented():
-    sim = Simulation(scenario("lending-conscientiousness"))
+    sim = simulation(scenario("lending-conscientiousness"))
     w = sim.world
     k = w.cols["conscientiousness"]
     assert abs(k.mean() - 0.55) < 0.02 and abs(k.std() - 0.1) < 0.01
@@ -101,7 +101,7 @@ def test_conscientiousness_enters_repayment_as_documented():
 
 
 def test_ten_groups_and_bad_group_inputs():
-    sim = Simulation(scenario("lending-10-groups", "episodes.count=1", "episodes.horizon=50"))
+    sim = simulation(scenario("lending-10-groups", "episodes.count=1", "episodes.horizon=50"))
     assert len(sim.world.group_names) == 10 and sim.world.sizes.tolist() == [100.0] * 10
     with pytest.raises(UserError, match="observation.score_change_repay needs one value per group"):
         scenario("lending-10-groups", "observation.score_change_repay=[1, 2]")

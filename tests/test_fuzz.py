@@ -441,7 +441,7 @@ def test_yaml_python_tags_are_refused_not_executed(tmp_path):
         path = tmp_path / "evil.yaml"
         path.write_text(f"name: {tag} ['touch {mark}']\n")
         code, _, err = call("validate", str(path))
-        assert_user_error(code, err, "invalid YAML", "python/")
+        assert_user_error(code, err, "is not allowed (standard tags only)", "python/")
         assert not mark.exists()
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from abm.config import load_scenario
-from abm.engine import Simulation
+from abm.build import simulation
 from abm.errors import UserError
 from abm.families import eutopia, loanly
-from policies.objectives import parse
+from abm.objectives import parse
 from policies.perl import PERLLender
 from policies.torch_common import file_sha256, read_checkpoint, write_checkpoint
 
@@ -60,9 +60,10 @@ def gradient_check(monkeypatch, cls, objective: str, n: int, eps: float = 0.25, 
 
     def run(theta, seed):
         approval = loanly.ApprovalModel(*theta, model.wealth_mean, model.wealth_std)
-        ctx = eutopia.PolicyContext(eutopia.OBS_FIELDS, loanly.GROUPS, 0.15, lambda: {}, approval)
+        ctx = eutopia.LoanlyContext(eutopia.OBS_FIELDS, loanly.GROUPS, 0.15, lambda: {}, approval,
+                                    family="eutopia", obs_scale=eutopia.OBS_SCALE)
         pol = cls(params, ctx, np.random.default_rng(seed))
-        Simulation(sc.model_copy(update={"seed": seed}), policy=pol).run()
+        simulation(sc.model_copy(update={"seed": seed}), policy=pol).run()
         ep = pol.last_episode
         passive = 0.0 if cls is CoinPERL else float(pol.decision_score(ep["obs"], ep["approved"]) @ v)
         return ep["reward"], passive, float(ep["application_score"] @ v)
@@ -110,13 +111,13 @@ def test_passive_gradient_alone_is_biased(monkeypatch):
 
 
 def test_world_score_bookkeeping_is_exact(eutopia_small):
-    sim = Simulation(eutopia_small("episodes.count=3", "objective=outcome:social_welfare", "policy.name=perl"))
+    sim = simulation(eutopia_small("episodes.count=3", "objective=outcome:social_welfare", "policy.name=perl"))
     sim.run()
     tracker = sim.world.app_score
     incremental = tracker._mean_grad_w.copy()
     tracker.weights_changed(np.arange(len(sim.world.cols["wealth"])))  # full recomputation
     np.testing.assert_allclose(incremental, tracker._mean_grad_w, rtol=1e-9, atol=1e-12)
-    assert "application_score" not in Simulation(eutopia_small("policy.name=rl")).world.episode_stats()
+    assert "application_score" not in simulation(eutopia_small("policy.name=rl")).world.episode_stats()
 
 
 # -- learning --------------------------------------------------------------------------------
@@ -130,7 +131,7 @@ def test_rl_beats_random_on_its_own_objective(eutopia_small):
         for policy in ("rl", "random"):
             sc = eutopia_small("episodes.count=60", "episodes.decision_interval=1.0", f"objective={objective}",
                                "outputs.events=false", f"seed={seed}", f"policy.name={policy}")
-            sim = Simulation(sc)
+            sim = simulation(sc)
             sim.run()
             means[policy] = episode_rewards(sim.episode_rows, sim.world.sizes, objective)[-20:].mean()
         gaps.append(means["rl"] - means["random"])
@@ -142,7 +143,7 @@ def test_rl_beats_random_on_its_own_objective(eutopia_small):
 def test_pretraining_runs_in_the_pretraining_regime_first(eutopia_small):
     sc = eutopia_small("episodes.count=2", "policy.name=rl", "policy.pretrain_episodes=3",
                        "objective=dm:utilitarian", "outputs.events=false", path=SCENARIOS / "eutopia-eval.yaml")
-    sim = Simulation(sc)
+    sim = simulation(sc)
     assert sim.policy.pretrained_episodes == 3 and sim.policy.updates >= 1
     assert sim.scenario.population.regime == "evaluation"
     sim.run()
@@ -152,7 +153,7 @@ def test_pretraining_runs_in_the_pretraining_regime_first(eutopia_small):
 
 def test_numpy_mirror_equals_torch_forward(eutopia_small):
     sc = eutopia_small("policy.name=perl", "policy.hidden=8")
-    sim = Simulation(sc)
+    sim = simulation(sc)
     net = sim.policy.net
     with torch.no_grad():
         for p in net.parameters():
@@ -168,11 +169,11 @@ def test_numpy_mirror_equals_torch_forward(eutopia_small):
 
 def test_checkpoint_round_trip(eutopia_small, tmp_path):
     sc = eutopia_small("episodes.count=3", "policy.name=perl", "objective=dm:rawlsian", "outputs.events=false")
-    first = Simulation(sc)
+    first = simulation(sc)
     first.run()
     saved = first.policy.save(tmp_path / "ck")
     assert saved == tmp_path / "ck" / "checkpoint.pt" and (tmp_path / "ck" / "config.json").is_file()
-    second = Simulation(sc.model_copy(update={"policy": sc.policy.model_validate(
+    second = simulation(sc.model_copy(update={"policy": sc.policy.model_validate(
         {"name": "perl", "load": str(tmp_path / "ck"), "load_sha256": file_sha256(saved)})}))
     a, b = first.policy, second.policy
     for (name, p), (_, q) in zip(a.net.state_dict().items(), b.net.state_dict().items()):
@@ -188,11 +189,11 @@ def test_checkpoint_round_trip(eutopia_small, tmp_path):
 
 def test_checkpoint_validation(eutopia_small, tmp_path):
     sc = eutopia_small("policy.name=rl")
-    pol = Simulation(sc).policy
+    pol = simulation(sc).policy
     path = pol.save(tmp_path / "ok.pt")
 
     def loading(**params):
-        return Simulation(sc.model_copy(update={"policy": sc.policy.model_validate({"name": "rl", **params})}))
+        return simulation(sc.model_copy(update={"policy": sc.policy.model_validate({"name": "rl", **params})}))
 
     with pytest.raises(UserError, match="hidden=16, this policy has hidden=4"):
         loading(load=str(path), hidden=4)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from abm.errors import UserError
-from policies.objectives import FAMILIES, FORMS, Objective, parse
+from abm.objectives import FAMILIES, FORMS, Objective, parse
 
 
 def stats(sizes=(100, 100), end=(60.0, 40.0), change=(2.0, 1.0), profit=(30.0, 10.0)):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from abm.runner import execute
-from policies import registry
+from abm import registry
 
 HEURISTICS = [("approve_all", []), ("reject_all", []), ("random", ["policy.p=0.5"]),
               ("wealth_threshold", []), ("score_threshold", []), ("demographic_parity", []),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from abm.report_seed000 import final_rows, learner_cells, seed_tables, with_social_welfare, write_seed000_report
+from abm.reports.seed000 import final_rows, learner_cells, seed_tables, with_social_welfare, write
 
 # (policy, objective) -> final-episode (wealth gap, inequality ratio, cumulative profit, SW_M, SW_F), per seed
 FINAL = {
@@ -57,7 +57,7 @@ def test_figure3_written_when_baselines_and_learners_present(tmp_path):
     oracle = [(("oracle", "none"), [(0.5, 1.0, 400.0, 0.05, 0.05), (0.7, 1.0, 420.0, 0.05, 0.05)])]
     frame = study_frame(oracle)
     frame.to_parquet(tmp_path / "study.parquet")
-    written = write_seed000_report(tmp_path, tmp_path)
+    written = write(tmp_path, tmp_path)
     names = sorted(p.name for p in written)
     assert names == ["seed000_figure3.md", "seed000_figure3.png", "seed000_tables.md"]
     assert (tmp_path / "seed000_figure3.png").stat().st_size > 10_000
@@ -66,7 +66,7 @@ def test_figure3_written_when_baselines_and_learners_present(tmp_path):
 
 
 def test_a_best_entry_is_marked_only_when_it_beats_every_other_candidate():
-    from abm.report_seed000 import beats_all
+    from abm.reports.seed000 import beats_all
 
     seeds = [11, 12, 13, 14, 15]
     s = lambda values, idx=seeds: pd.Series(values, index=idx)  # noqa: E731
@@ -110,7 +110,7 @@ def test_gaps_of_opposite_signs_do_not_cancel_in_the_ranking():
 def test_paired_differences_over_common_seeds(tmp_path):
     from scipy import stats
 
-    from abm.report_seed000 import paired_differences
+    from abm.reports.seed000 import paired_differences
 
     gaps = {"utilitarian": [3.0, 4.0, 2.0, 5.0, 3.5], "rawlsian": [6.0, 6.5, 5.5, 8.0, 6.0]}
     runs = {("perl(pretrain_episodes=100)", f"two_sided(0.5):{fam}"): [(g, 1.0, 100.0, 0.03, 0.03) for g in gap]
@@ -126,9 +126,9 @@ def test_paired_differences_over_common_seeds(tmp_path):
     profit = out[out["metric"] == "cumulative_profit"].iloc[0]
     assert profit["mean_diff"] == 0 and profit["p_value"] == 1.0  # identical on every seed
     frame.to_parquet(tmp_path / "study.parquet")  # the report writes it where runs carry their seeds
-    assert "seed000_paired.csv" in {p.name for p in write_seed000_report(tmp_path, tmp_path)}
+    assert "seed000_paired.csv" in {p.name for p in write(tmp_path, tmp_path)}
     assert len(pd.read_csv(tmp_path / "seed000_paired.csv")) > 0
     unseeded = tmp_path / "unseeded"
     unseeded.mkdir()
     study_frame().to_parquet(unseeded / "study.parquet")
-    assert "seed000_paired.csv" not in {p.name for p in write_seed000_report(unseeded, unseeded)}
+    assert "seed000_paired.csv" not in {p.name for p in write(unseeded, unseeded)}

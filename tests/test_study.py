@@ -178,7 +178,7 @@ def test_cli_exit_2_for_bad_study_1_for_a_failed_run(cli, tmp_path):
 
 
 def test_two_local_workers_give_the_serial_results_run_for_run(serial_study, tmp_path):
-    from abm.study_exec import local_client
+    from abm.study import local_client
 
     study, serial_dir, outcome = serial_study
     assert (outcome.succeeded, outcome.skipped, outcome.failed) == (4, 0, 0)
@@ -194,7 +194,7 @@ def test_two_local_workers_give_the_serial_results_run_for_run(serial_study, tmp
 
 
 def test_rerun_skips_finished_runs_and_the_folder_is_locked(serial_study, tmp_path):
-    from abm.study_exec import _locked
+    from abm.study.execute import _locked
 
     study, serial_dir, _ = serial_study
     before = {d.name: (d / "summary.json").stat().st_mtime_ns for d in (serial_dir / "runs").iterdir()}
@@ -266,7 +266,7 @@ def test_study_table_summary_and_report(serial_study):
     by_hand = runs.groupby("episode")["cumulative_profit"].agg(["mean", "std"])
     np.testing.assert_allclose(summary["cumulative_profit_mean"], by_hand["mean"], rtol=1e-12)
     np.testing.assert_allclose(summary["cumulative_profit_std"], by_hand["std"], rtol=1e-12)
-    from abm.report import render
+    from abm.reports import render
 
     out = render(folder)
     comparison = (out / "comparison.md").read_text()
@@ -277,6 +277,32 @@ def test_study_table_summary_and_report(serial_study):
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert {"wealth_gap.png", "mean_wealth_F.png", "cumulative_profit.png"} <= set(pngs)
     assert all((out / p).stat().st_size > 5000 for p in pngs)
+    assert not {"seed_tables.md", "seed001_tables.md"} & {p.name for p in out.iterdir()}  # no paper applies
+
+
+def test_paper_reports_share_one_interface_and_each_applies_to_its_own_studies(tmp_path):
+    from abm.reports import PAPERS, seed000, seed001, seed002
+
+    assert PAPERS == (seed000, seed001, seed002)
+    rows = []
+    for label in ("race_blind", "fair_lp(constraint=dp)", "fair_lp(constraint=eo)"):
+        for episode in (0, 1):
+            rows.append({"run_id": label, "policy": label, "episode": episode, "bank.gamma": 0.8,
+                         "exact_reward": 0.08, "exact_discounted_return": 0.4, "exact_dp_gap": 0.1,
+                         "exact_eo_gap": -0.1, "sim_reward": 0.08, "sim_reward_se": 0.001, "sim_dp_gap": 0.1,
+                         "sim_dp_gap_se": 0.01, "sim_eo_gap": -0.1, "sim_eo_gap_se": 0.01})
+    fig1, eutopia, empty = tmp_path / "fig1", tmp_path / "eutopia", tmp_path / "empty"
+    for folder in (fig1, eutopia, empty):
+        folder.mkdir()
+    pd.DataFrame(rows).to_parquet(fig1 / "study.parquet")
+    pd.DataFrame({"run_id": ["a", "a"], "policy": ["oracle"] * 2, "episode": [0, 1],
+                  "wealth_gap": [1.0, 2.0]}).to_parquet(eutopia / "study.parquet")
+    assert [p.applies(fig1) for p in PAPERS] == [False, True, False]
+    assert [p.applies(eutopia) for p in PAPERS] == [True, False, False]
+    assert [p.applies(empty) for p in PAPERS] == [False, False, False]
+    assert all(p.write(empty, empty) == [] for p in PAPERS)
+    (written,) = seed001.write(fig1, fig1)
+    assert written.name == "seed001_tables.md" and "| race-blind | 0.080000 |" in written.read_text()
 
 
 def test_real_scheduler_and_worker_on_loopback(cli, serial_study, tmp_path):

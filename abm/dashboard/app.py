@@ -2,8 +2,14 @@
 
 ``abm dashboard DIR`` serves this module; the folder comes in ``ABM_DASHBOARD_TARGET``. Every
 table and trace is computed by ``abm.dashboard.data`` on the server and only the visible part
-(one page of applicants, one applicant's events, PNG figures) reaches the browser. A folder
-that cannot be read gives an error page, never a traceback.
+(one page of applicants, one applicant's events, the chart being looked at) reaches the browser.
+A folder that cannot be read gives an error page, never a traceback.
+
+The figures are the report's (``abm.reports.figures``: the same specs ``abm report`` draws):
+one interactive chart at a time with a metric picker (hover a point for its values, drag to
+pan, wheel to zoom, click a legend entry), the frontier with a choice of axes for a study, and
+every metric as a static overview below. A study's configuration table links each
+configuration to its runs.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import functools
 import html
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +27,13 @@ import solara.lab
 
 from abm.dashboard import data, figures
 from abm.errors import UserError
+from abm.reports import figures as specs
+from abm.reports.run import run_figures
+from abm.reports.study import study_family
+
+# Solara asks for a SameSite=None cookie, which needs https or the name "localhost"; served over
+# http on 127.0.0.1 it falls back to SameSite=Lax (right for a local app) and warns on every page.
+warnings.filterwarnings("ignore", message="Cookies with samesite=none require https", category=UserWarning)
 
 TARGET_ENV = "ABM_DASHBOARD_TARGET"
 PAGE_SIZE = 20
@@ -47,37 +61,92 @@ def open_target(path: str | Path):
     return _open_cached(*_key(path))
 
 
-# Figures are PNGs drawn once per folder version and panel: a reload or a second viewer of the
-# same run costs nothing.
-@functools.lru_cache(maxsize=256)
-def _metric_png(folder: str, stamp: tuple, title: str, columns: tuple[str, ...]) -> bytes:
-    return figures.png(figures.run_metric(_open_cached(folder, stamp).episodes, title, list(columns)))
-
-
-def _band_panels(summary: pd.DataFrame) -> list[tuple[str, str]]:
-    """(metric, title) of each study figure: one per metric, configurations side by side."""
-    out = []
-    for title, cols in data.metric_panels(summary.columns, suffix="_mean"):
-        out += [(m, title if len(cols) == 1 else f"{title}, group {m.rsplit('_', 1)[-1]}") for m in cols]
+# Figure specs are built once per folder version; PNGs (the static overview) and chart JSON once per
+# folder version and figure: a reload or a second viewer of the same folder costs nothing.
+@functools.lru_cache(maxsize=32)
+def _run_specs(folder: str, stamp: tuple) -> dict:
+    run = _open_cached(folder, stamp)
+    out = {}
+    for spec in run_figures(run):
+        out[spec.name] = spec
     return out
+
+
+@functools.lru_cache(maxsize=16)
+def _study_frame(folder: str, stamp: tuple) -> pd.DataFrame:
+    return data.study_runs_frame(_open_cached(folder, stamp))
+
+
+@functools.lru_cache(maxsize=16)
+def _study_specs(folder: str, stamp: tuple) -> dict:
+    from abm.reports.study import study_figures
+
+    study = _open_cached(folder, stamp)
+    out = {}
+    for spec in study_figures(study.folder, study.summary, study.manifest):
+        out[spec.name] = spec
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _study_extra(folder: str, stamp: tuple) -> dict:
+    """The study's slower figures: its runs' distributions and every paper's figures."""
+    from abm.reports import PAPERS
+    from abm.reports.study import run_folders
+
+    study = _open_cached(folder, stamp)
+    frame = _study_frame(folder, stamp)
+    out = {}
+    if not frame.empty:
+        dist = specs.distribution(run_folders(study.folder, frame), study_family(study.manifest),
+                                  specs.groups_in(study.summary.columns, "_mean"))
+        if dist is not None:
+            out[dist.name] = dist
+    for paper in PAPERS:
+        if paper.applies(study.folder):
+            for spec in paper.figures(study.folder):
+                out[spec.name] = spec
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _spec_png(folder: str, stamp: tuple, kind: str, name: str) -> bytes:
+    table = {"run": _run_specs, "study": _study_specs, "extra": _study_extra}[kind](folder, stamp)
+    return specs.png(table[name])
+
+
+@functools.lru_cache(maxsize=256)
+def _spec_json(folder: str, stamp: tuple, kind: str, name: str) -> dict:
+    table = {"run": _run_specs, "study": _study_specs, "extra": _study_extra}[kind](folder, stamp)
+    return figures.vega_spec(table[name])
+
+
+@functools.lru_cache(maxsize=64)
+def _frontier_json(folder: str, stamp: tuple, fairness: str, profit: str) -> dict:
+    study = _open_cached(folder, stamp)
+    frame = _study_frame(folder, stamp)
+    style = specs.Style.of(study.summary, specs.groups_in(study.summary.columns, "_mean"))
+    return figures.vega_spec(specs.frontier(frame, fairness, profit, study_family(study.manifest), style))
+
+
+def _metric_names(table: dict) -> list[str]:
+    """The per-metric figures of a spec table, in catalogue order (frontier, rates etc. excluded)."""
+    return [name for name, spec in table.items() if name in specs.METRIC_BY_STEM]
 
 
 def warm(path: str | Path) -> None:
     """Read a folder and draw its first tab's figures, so the first visitor does not wait for them."""
     target = open_target(path)
     key = _key(path)
-    if isinstance(target, data.Study):
-        for metric, title in _band_panels(target.summary):
-            _band_png(*key, metric, title)
-    else:
-        for title, cols in data.metric_panels(target.episodes.columns):
-            _metric_png(*key, title, tuple(cols))
-
-
-@functools.lru_cache(maxsize=256)
-def _band_png(folder: str, stamp: tuple, metric: str, title: str) -> bytes:
-    study = _open_cached(folder, stamp)
-    return figures.png(figures.study_bands(data.study_bands(study.summary, metric), title))
+    kind = "study" if isinstance(target, data.Study) else "run"
+    if kind == "study" and target.summary.empty:
+        return
+    table = (_study_specs if kind == "study" else _run_specs)(*key)
+    names = _metric_names(table)
+    for name in names:
+        _spec_png(*key, kind, name)
+    if names:
+        _spec_json(*key, kind, names[0])
 
 
 def _try(fn, *args):
@@ -158,6 +227,8 @@ def RunView(run):
             MetricsView(run)
         with solara.lab.Tab("Applicants"):
             ApplicantsView(run)
+        with solara.lab.Tab("Rates and distributions"):
+            RatesView(run)
         if hawkes is not None or hawkes_error:
             with solara.lab.Tab("Hawkes intensity"):
                 if hawkes_error:
@@ -167,15 +238,65 @@ def RunView(run):
 
 
 @solara.component
+def InteractiveFigure(key: tuple, kind: str, names: list[str], titles: dict[str, str], label: str = "metric",
+                      css: str = "abm-metric"):
+    """A picker over figures and the chosen one as an interactive chart, with the hovered point's values."""
+    choice = solara.use_reactive(names[0] if names else None)
+    hovered = solara.use_reactive("")
+    shown = choice.value if choice.value in names else (names[0] if names else None)
+    if shown is None:
+        solara.Info("nothing recorded to plot")
+        return
+
+    def pick(title: str) -> None:
+        by_title = {titles[n]: n for n in names}
+        choice.set(by_title.get(title, names[0]))
+        hovered.set("")
+
+    with solara.Row(style={"align-items": "center"}):
+        solara.Select(label, values=[titles[n] for n in names], value=titles[shown], on_value=pick,
+                      classes=[f"{css}-picker"])
+        solara.Text("hover a point for its values; drag to pan, wheel to zoom, click a legend entry",
+                    style={"color": "#666", "font-size": "12px"})
+    figures.VegaChart(_spec_json(*key, kind, shown), on_hover=lambda d: hovered.set(figures.describe_point(d)),
+                      classes=[css, f"{css}-{shown}"])
+    solara.Text(hovered.value or " ", classes=[f"{css}-hover"], style={"font-size": "13px"})
+
+
+@solara.component
+def StaticGrid(key: tuple, kind: str, names: list[str]):
+    with solara.GridFixed(columns=2):
+        for name in names:
+            solara.Image(_spec_png(*key, kind, name))
+
+
+@solara.component
 def MetricsView(run):
-    panels = data.metric_panels(run.episodes.columns)
-    if not panels or run.episodes.empty:
+    if run.episodes.empty:
         solara.Info("this run recorded no group metrics")
         return
     key = _key(run.folder)
-    with solara.GridFixed(columns=2):
-        for title, cols in panels:
-            solara.Image(_metric_png(*key, title, tuple(cols)))
+    table = _run_specs(*key)
+    names = _metric_names(table)
+    if not names:
+        solara.Info("this run recorded no group metrics")
+        return
+    InteractiveFigure(key, "run", names, {n: table[n].title for n in names})
+    solara.Markdown("#### Every metric (groups on one axis)")
+    StaticGrid(key, "run", names)
+
+
+@solara.component
+def RatesView(run):
+    key = _key(run.folder)
+    table = _run_specs(*key)
+    names = [n for n in ("group_rates", "distribution") if n in table]
+    if not names:
+        solara.Info("this run records neither per-group counts nor an event log")
+        return
+    titles = {"group_rates": "selection / default / true-positive rates and gaps",
+              "distribution": "wealth (or score) distribution per group"}
+    InteractiveFigure(key, "run", names, titles, label="figure", css="abm-rates")
 
 
 @solara.component
@@ -276,9 +397,11 @@ def IntensityView(run):
         "episodes: μ_g moves with each repayment, the excitation jumps by α at each approval. "
         "The dots are `intensity_<g>` recorded in episodes.parquet at each episode end; the trace passes "
         "through them. The episode-end series over the whole run is in *Group metrics*.")
-    with solara.Row():
-        solara.SliderInt("first episode", value=first, min=0, max=max(0, n - 1))
-        solara.SliderInt("episodes shown", value=width, min=1, max=max(1, min(data.MAX_TRACE_EPISODES, n)))
+    with solara.Row(classes=["abm-hawkes-sliders"]):
+        solara.SliderInt(f"first episode: {first.value}", value=first, min=0, max=max(0, n - 1),
+                         thumb_label="always")
+        solara.SliderInt(f"episodes shown: {width.value}", value=width, min=1,
+                         max=max(1, min(data.MAX_TRACE_EPISODES, n)), thumb_label="always")
     if error:
         solara.Error(error)
         return
@@ -294,45 +417,103 @@ def _study_run(study, run_id: str):
 
 
 # -- a study ------------------------------------------------------------------------------
+STUDY_TABS = ("Configurations", "Frontier and rates", "Runs")
+
+
 @solara.component
 def StudyView(study):
     summary = study.summary
     total_runs = len(study.manifest.get("runs", []))
     n_configs = summary["config_id"].nunique() if "config_id" in summary.columns else 0
+    tab = solara.use_reactive(0)
+    run_id = solara.use_reactive(study.run_ids[0] if study.run_ids else None)
     solara.Markdown(f"### Study `{study.name}`\n{n_configs} configurations, {len(study.run_ids)} of {total_runs} "
                     f"runs finished ({study.folder})")
     if summary.empty:
         solara.Warning("no finished runs yet: nothing to compare")
         return
-    with solara.lab.Tabs(lazy=True):
-        with solara.lab.Tab("Configurations"):
-            ConfigurationsView(study)
-        with solara.lab.Tab("Runs"):
-            StudyRunsView(study)
+
+    def open_run(rid: str) -> None:
+        run_id.set(rid)
+        tab.set(STUDY_TABS.index("Runs"))
+
+    with solara.lab.Tabs(value=tab, lazy=True):
+        with solara.lab.Tab(STUDY_TABS[0]):
+            ConfigurationsView(study, open_run)
+        with solara.lab.Tab(STUDY_TABS[1]):
+            StudyFiguresView(study)
+        with solara.lab.Tab(STUDY_TABS[2]):
+            StudyRunsView(study, run_id)
 
 
 @solara.component
-def ConfigurationsView(study):
+def ConfigurationsView(study, open_run=None):
     summary = study.summary
     key = _key(study.folder)
     panels = data.metric_panels(summary.columns, suffix="_mean")
     metrics = [m for _, cols in panels for m in cols]
     final = data.study_final_table(summary, metrics)
-    solara.Markdown("Final episode of each configuration: mean ± std over its seeded runs.")
-    solara.HTML(tag="div", unsafe_innerHTML=_html_table(list(final.columns), final.astype(str).values.tolist(),
-                                                        "abm-study-final"))
-    with solara.GridFixed(columns=2):
-        for metric, label in _band_panels(summary):
-            solara.Image(_band_png(*key, metric, label))
+    links = data.runs_by_config(study, _study_frame(*key))
+    solara.Markdown("Final episode of each configuration: mean ± std over its seeded runs; its runs open in *Runs*.")
+    header = [solara.v.Html(tag="th", children=[c]) for c in [*final.columns, "runs (open)"]]
+    body = []
+    for row in final.itertuples(index=False):
+        cells = [solara.v.Html(tag="td", children=[str(v)]) for v in row]
+        buttons = [solara.Button(rid.rsplit("-", 1)[-1], small=True, text=True, classes=["abm-run-link"],
+                                 on_click=functools.partial(open_run, rid) if open_run else None)
+                   for rid in links.get(str(row[0]), [])]
+        cells.append(solara.v.Html(tag="td", children=buttons))
+        body.append(solara.v.Html(tag="tr", children=cells, attributes={"data-config": str(row[0])}))
+    solara.v.Html(tag="table", class_="abm-table abm-study-final", children=[
+        solara.v.Html(tag="thead", children=[solara.v.Html(tag="tr", children=header)]),
+        solara.v.Html(tag="tbody", children=body)])
+    table = _study_specs(*key)
+    names = _metric_names(table)
+    if names:
+        InteractiveFigure(key, "study", names, {n: table[n].title for n in names})
+        solara.Markdown("#### Every metric (configurations and groups on one axis; bands: 95% CI over seeds)")
+        StaticGrid(key, "study", names)
 
 
 @solara.component
-def StudyRunsView(study):
-    run_id = solara.use_reactive(study.run_ids[0] if study.run_ids else None)
+def StudyFiguresView(study):
+    key = _key(study.folder)
+    frame = _study_frame(*key)
+    fair, money = specs.fairness_choices(frame.columns), specs.profit_choices(frame.columns)
+    x = solara.use_reactive(fair[0] if fair else None)
+    y = solara.use_reactive(money[0] if money else None)
+    if fair and money:
+        solara.Markdown("#### Frontier: fairness against profit at the final episode")
+        with solara.Row():
+            solara.Select("fairness (x)", values=fair, value=x, classes=["abm-frontier-x"])
+            solara.Select("profit or return (y)", values=money, value=y, classes=["abm-frontier-y"])
+        figures.VegaChart(_frontier_json(*key, x.value, y.value), classes=["abm-frontier"])
+    table = {**{k: v for k, v in _study_specs(*key).items() if k == "group_rates"}, **_study_extra(*key)}
+    if table:
+        titles = {name: spec.title for name, spec in table.items()}
+        kinds = {name: "study" if name == "group_rates" else "extra" for name in table}
+        FigureList(key, kinds, titles)
+
+
+@solara.component
+def FigureList(key: tuple, kinds: dict[str, str], titles: dict[str, str]):
+    names = list(kinds)
+    choice = solara.use_reactive(names[0])
+    shown = choice.value if choice.value in names else names[0]
+    by_title = {titles[n]: n for n in names}
+    solara.Select("figure", values=[titles[n] for n in names], value=titles[shown],
+                  on_value=lambda t: choice.set(by_title.get(t, names[0])), classes=["abm-figure-picker"])
+    figures.VegaChart(_spec_json(*key, kinds[shown], shown), classes=["abm-study-figure"])
+
+
+@solara.component
+def StudyRunsView(study, run_id=None):
+    own = solara.use_reactive(study.run_ids[0] if study.run_ids else None)
+    run_id = run_id if run_id is not None else own
     if not study.run_ids:
         solara.Warning("no finished runs")
         return
-    solara.Select("run", values=study.run_ids, value=run_id)
+    solara.Select("run", values=study.run_ids, value=run_id, classes=["abm-run-select"])
     run, error = _try(_study_run, study, run_id.value)
     if error:
         solara.Error(error)

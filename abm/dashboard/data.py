@@ -6,7 +6,8 @@ the Hawkes intensity trace (read with an episode filter). The event log itself s
 
 Hawkes trace (Eutopia). ``lambda_g(t) = max(0, a + b mu_g(t)) + E_g(t)`` with
 ``E_g(t) = alpha sum_{t_j <= t} exp(-beta (t - t_j))`` over the group's approvals (or
-applications, per ``arrivals.excite_on``): the formula of ``EutopiaWorld.intensity``. At the
+applications, per ``arrivals.excite_on``): the formula of ``EutopiaWorld.intensity``, evaluated
+by the same code (``abm.hawkes.excitation_path``). At the
 start of a window the state is taken from ``episodes.parquet`` (the group mean wealth and
 the intensity at the previous episode's end, so ``E_g = intensity_g - base_g``); inside the
 window ``mu_g`` moves by each repayment's gain (``agents.gain``; a default leaves wealth
@@ -230,6 +231,8 @@ def intensity_trace(run: Run, first_episode: int, last_episode: int) -> pd.DataF
     Evaluated at ``TRACE_POINTS_PER_EPOCH`` points per decision interval plus every jump time
     (the value there includes the jump), from the events of those episodes only.
     """
+    from abm.hawkes import excitation_path
+
     params = hawkes_parameters(run)
     if params is None:
         raise UserError(f"{run.folder}: not a Hawkes-arrival (Eutopia) run: no intensity trace")
@@ -270,7 +273,7 @@ def intensity_trace(run: Run, first_episode: int, last_episode: int) -> pd.DataF
         repay_t = ev_time[repay]
         repay_gain = gain[events["agent_id"].to_numpy()[repay]] if gain is not None else np.zeros(repay.sum())
         times = np.unique(np.concatenate([grid, jumps, repay_t]))
-        excitation = _excitation(times, jumps, t0, e0[g], alpha, beta)
+        excitation = excitation_path(times, jumps, alpha, beta, start=t0, initial=e0[g])
         order = np.argsort(repay_t, kind="stable")
         cum_gain = np.concatenate([[0.0], np.cumsum(repay_gain[order])])
         mu = mu0[g] + cum_gain[np.searchsorted(repay_t[order], times, side="right")] / sizes[g]
@@ -290,17 +293,27 @@ def _window_events(run: Run, first: int, last: int) -> pd.DataFrame:
     return table.to_pandas()
 
 
-def _excitation(times: np.ndarray, jumps: np.ndarray, t0: float, e0: float, alpha: float,
-                beta: float) -> np.ndarray:
-    """alpha * sum_{t_j <= t} exp(-beta (t - t_j)) + e0 exp(-beta (t - t0)) at sorted ``times``."""
-    at, count = np.unique(jumps, return_counts=True)
-    after = np.empty(len(at))  # excitation just after each jump time
-    level, last = e0, t0
-    for k, (t, c) in enumerate(zip(at, count)):  # a linear recurrence: one step per distinct jump time
-        level = level * np.exp(-beta * (t - last)) + alpha * c
-        last = t
-        after[k] = level
-    idx = np.searchsorted(at, times, side="right") - 1
-    ref_level = np.where(idx >= 0, after[np.maximum(idx, 0)] if len(at) else e0, e0)
-    ref_time = np.where(idx >= 0, at[np.maximum(idx, 0)] if len(at) else t0, t0)
-    return ref_level * np.exp(-beta * (times - ref_time))
+# -- study figures and links (the report's figure layer, for the study view) ---------------------
+def study_runs_frame(study: Study) -> pd.DataFrame:
+    """``study.parquet``: one row per finished run and episode (empty when the study has none yet)."""
+    path = study.folder / "study.parquet"
+    if not path.is_file():
+        return pd.DataFrame(columns=["run_id", "config", "episode"])
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable ({exc})") from None
+
+
+def runs_by_config(study: Study, frame: pd.DataFrame | None = None) -> dict[str, list[str]]:
+    """Configuration label -> the ids of its finished runs (study order): the study view's links."""
+    frame = study_runs_frame(study) if frame is None else frame
+    done = set(study.run_ids)
+    out: dict[str, list[str]] = {}
+    if frame.empty:
+        return out
+    for r in frame.drop_duplicates("run_id")[["run_id", "config"]].itertuples(index=False):
+        if str(r.run_id) in done:
+            out.setdefault(str(r.config), []).append(str(r.run_id))
+    return out
+

@@ -1,7 +1,7 @@
 """Live view: one scenario simulated episode by episode in the page, with Mesa's SolaraViz.
 
 SolaraViz drives a model through ``model.step()`` (its play, pause, step and reset buttons).
-``LiveSimulation.step`` advances the SimPy clock by exactly one episode (``run_episode``), so
+``Simulation.step`` advances the SimPy clock by exactly one episode (``run_episode``), so
 SimPy stays the only clock and a live run is the same trajectory as ``abm run`` with the same
 scenario and seed. The event log is off: the page shows episode metrics only.
 """
@@ -14,6 +14,8 @@ import os
 import pandas as pd
 import solara
 
+from abm import build
+from abm.config import load_scenario
 from abm.dashboard import data, figures
 from abm.engine import Simulation
 
@@ -22,21 +24,13 @@ OPTIONS_ENV = "ABM_DASHBOARD_LIVE_OPTIONS"  # JSON: {"policy": name or null, "ov
 
 
 class LiveSimulation(Simulation):
-    """A Simulation that Mesa steps one episode at a time; ``running`` ends at episodes.count."""
+    """A Simulation of a scenario file that Mesa steps one episode at a time (``Simulation.step``)."""
 
     def __init__(self, scenario_file: str, seed: int | None = None, policy: str | None = None,
                  overrides: tuple[str, ...] = ()):
-        from abm.config import load_scenario
-
         scenario = load_scenario(scenario_file, list(overrides), policy=policy, seed=seed)
-        super().__init__(scenario, log_events=False)
-        self.running = scenario.episodes.count > 0
-
-    def step(self) -> None:
-        if not self.running:
-            return
-        self.run_episode()
-        self.running = self.episode < self.scenario.episodes.count
+        super().__init__(scenario, build.world_factory(scenario), policy_factory=build.policy_factory(scenario),
+                         log_events=False)
 
     def metrics(self) -> pd.DataFrame:
         return pd.DataFrame(self.episode_rows)

@@ -19,10 +19,13 @@ from pydantic import Field, field_validator, model_validator
 
 from abm.config import Section
 from abm.errors import InvariantError
-from abm.eventlog import EventKind
+from abm.eventlog import kind_code
 from abm.families import steps
+from abm.world import Lever
 
 OBS_FIELDS = ("test_score", "group")
+# this family's own event kinds (declared in abm.registry.FAMILY_EVENT_KINDS)
+ADMIT, MANIPULATE, LEAVE = kind_code("admit"), kind_code("manipulate"), kind_code("leave")
 SEED_SUCCESS_PROBS = tuple(round(0.1 * k, 1) for k in range(10))  # Table 4
 DEFAULT_EPISODES = {"count": 10, "horizon": 100.0, "decision_interval": 1.0, "review": "immediate"}
 
@@ -83,6 +86,7 @@ class AdmissionsRewards(Section):
 
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
     family: Literal["admissions"] = "admissions"
     population: AdmissionsPopulation = Field(default_factory=AdmissionsPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)
@@ -99,7 +103,6 @@ class Scenario(steps.StepScenario):
         if self.episodes.review != "immediate":
             raise ValueError("episodes.review must be 'immediate' for admissions (an applicant queued twice "
                              "could be admitted twice)")
-        steps.refuse_eutopia_policies(self.policy.name, self.family)
         return self
 
 
@@ -173,6 +176,14 @@ class World:
         if self.costs.shape != (self.n_groups,) or np.any(self.costs <= 0):
             raise InvariantError(f"manipulation costs need one positive value per group ({self.n_groups})")
 
+    def observation_lever(self, scale: float) -> Lever:
+        """The Bisimulator's omega = the manipulation cost each group is charged, searched within
+        [true / (10 scale), true x scale] (``abm.world.ObservationLever``)."""
+        true = np.asarray(self.true_costs, dtype=float)
+        return Lever(np.asarray(self.costs, dtype=float), true / (10.0 * scale), true * scale,
+                     self.set_manipulation_costs,
+                     lambda om: {"observation": {"manipulation_cost": [float(x) for x in om]}})
+
     # -- arrivals -----------------------------------------------------------------------------
     def start(self) -> None:
         self.env.process(steps.unit_step_arrivals(self, self._pick, self._prepare))
@@ -196,7 +207,7 @@ class World:
                 c["observed_score"][i] = min(self.score_range[1], c["observed_score"][i] + self.dyn.manipulation_gain)
                 self.cum["manipulations"][g] += 1
                 self.ep["manipulations"][g] += 1
-                self.model.log.add(self.env.now, self.model.episode, i, g, EventKind.MANIPULATE, cost,
+                self.model.log.add(self.env.now, self.model.episode, i, g, MANIPULATE, cost,
                                    float(c["budget"][i]))
         c["outcome"][i] = self.outcome_rng.random() < self.p_table[int(c["score"][i]) - 1]
         c["applications"][i] += 1
@@ -213,7 +224,7 @@ class World:
             return np.interp(np.asarray(scores, dtype=float), grid, self.p_table)
 
         return steps.ThresholdContext(OBS_FIELDS, tuple(self.group_names), "test_score", curve,
-                                      self.rewards, score_counts, self.family)
+                                      self.rewards, score_counts, family=self.family)
 
     # -- observations -------------------------------------------------------------------------
     def observe(self, idx: np.ndarray) -> np.ndarray:
@@ -275,8 +286,8 @@ class World:
         if len(won):
             gw = groups[approved]
             log = self.model.log
-            log.extend(self.env.now, self.model.episode, won, gw, EventKind.ADMIT, rewards[approved], c["budget"][won])
-            log.extend(self.env.now, self.model.episode, won, gw, EventKind.LEAVE, np.nan, c["budget"][won])
+            log.extend(self.env.now, self.model.episode, won, gw, ADMIT, rewards[approved], c["budget"][won])
+            log.extend(self.env.now, self.model.episode, won, gw, LEAVE, np.nan, c["budget"][won])
         policy = self.model.policy
         if policy is not None:  # the reward reveals every outcome, admitted or not
             policy.on_outcomes(steps.Outcomes(idx, groups, obs, good, rewards))
@@ -349,7 +360,7 @@ class World:
         if not np.isclose(ledger, self.profit_total, rtol=1e-9, atol=1e-6):
             raise InvariantError(f"invariant 'return = reward ledger' broken: {self.profit_total} vs {ledger}")
 
-    def ledger_check(self, events: pd.DataFrame) -> None:
+    def ledger_check(self, events: pd.DataFrame, episodes: pd.DataFrame) -> None:
         """From the log alone: admissions' rewards add up, and nobody applies after admission."""
         kind = events["kind"].astype(str)
         admits = events[kind == "admit"]

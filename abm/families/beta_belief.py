@@ -6,10 +6,14 @@ offers). Every applicant is reviewed once per unit of time for ``episodes.horizo
 epochs (batch review, ``decision_interval`` 1): an offer is repaid with probability
 alpha / (alpha + beta) (alpha += 1) or defaults (beta += 1); a denial sets beta += tau. The
 bank earns the seed's reward R(s, a) (expected profit minus the risk term, the MDP's reward,
-``policies.fair_mdp.bank_reward``) and, in cash, I P per repayment and -P per default.
+``abm.families.loan_mdp.mdp.bank_reward``) and, in cash, I P per repayment and -P per default.
+The public code's conventions are options: ``bank.risk_term`` (variance | sd),
+``bank.reward_offset`` (+2 there), ``fairness.average: undiscounted`` with ``fairness.divisor``
+(offers / 50 there, with ``episodes.horizon: 51``).
 
 Episode rows estimate the seed's discounted quantities: per applicant
-X_R = (1 - gamma) sum_t gamma^t R(s_t, a_t) and X_O = (1 - gamma) sum_t gamma^t 1[offer at t];
+X_R = (1 - gamma) sum_t gamma^t R(s_t, a_t) and X_O = (1 - gamma) sum_t gamma^t 1[offer at t]
+(undiscounted statistic: X_O = sum_t 1[offer at t] / divisor);
 ``reward`` = sum_z P(z) mean_{i in z} X_R (post-stratified, unbiased for <Lambda, R>),
 ``offer_rate_<g>`` = mean of X_O in group g (the DP statistic), ``qualified_offer_rate_<g>`` the
 same among the group's qualified (EO), ``dp_gap``/``eo_gap`` majority minus minority. The exact
@@ -33,15 +37,13 @@ from abm.errors import InvariantError
 from abm.eventlog import EventKind
 from abm.families import steps
 from abm.families.beta_belief_cohorts import Pool, draw_cohort, fit_fico_priors
-from policies.fair_mdp.lookup import OBS_FIELDS, state_observations
-from policies.fair_mdp.mdp import LoanMDPParams, bank_reward, build_loan_mdp
+from abm.families.loan_mdp.lookup import OBS_FIELDS, state_observations
+from abm.families.loan_mdp.mdp import UNDERFLOW_GUARD, LoanMDPParams, bank_reward, build_loan_mdp, reject_reward
+from abm.world import PolicyContext
 
 GROUP_NAMES = ("minority", "majority")  # indexed by z, the MDP's coding (z = 1 majority)
 REF = LoanMDPParams()
 DEFAULT_EPISODES = {"count": 10, "horizon": float(REF.horizon), "decision_interval": 1.0, "review": "batch"}
-# policies that read what this family shows (the fair-MDP set and the observation-free rules)
-POLICIES = ("fair_lp", "fair_cce", "optimistic", "conservative", "race_blind", "unconstrained",
-            "explore_then_commit", "approve_all", "reject_all", "random")
 
 
 class BeliefPopulation(Section):
@@ -85,7 +87,27 @@ class BeliefBank(Section):
     principal: float = Field(REF.principal, gt=0, le=1e6, description="P: principal of a loan.")
     risk_weight: float = Field(REF.risk_weight, ge=0, le=1e6, description="lambda: weight of the risk term.")
     gamma: float = Field(REF.gamma, gt=0, lt=1, description="Discount of the bank reward and of the fairness "
-                                                           "statistics (REFERENCE: 0.5).")
+                                                           "statistics (the public Figure-1 scripts: 0.8; CEM_loan.py: 0.5).")
+    risk_term: Literal["variance", "sd"] = Field(
+        REF.risk_term, description="Risk term of the offer reward: variance = lambda (I+P)^2 Var_Beta(p) (docs/MODEL.md); "
+                                   "sd = lambda (I+P) sd_Beta(p) (the public code).")
+    reward_offset: float = Field(REF.reward_offset, ge=-1e6, le=1e6,
+                                 description="Added to R(s, a) for both actions at every decision (the public code: 2, "
+                                             "which puts reject-all at 2 (1 - gamma^H) / (1 - gamma), the seed's 10.00).")
+
+
+class BeliefFairness(Section):
+    average: Literal["discounted", "undiscounted"] = Field(
+        REF.fairness_average, description="DP/EO statistic: discounted = (1 - gamma) sum_t gamma^t 1[offer at t] (the seed); "
+                                          "undiscounted = sum_t 1[offer at t] / divisor (the public code).")
+    divisor: float | None = Field(None, gt=0, le=1e6, description="undiscounted: divisor of the offer count (null: "
+                                                                   "episodes.horizon; the public code: 50 with 51 decisions).")
+
+    @model_validator(mode="after")
+    def _divisor(self) -> "BeliefFairness":
+        if self.divisor is not None and self.average != "undiscounted":
+            raise ValueError("divisor applies to the undiscounted statistic only (average: undiscounted)")
+        return self
 
 
 class BeliefEvaluation(Section):
@@ -95,10 +117,12 @@ class BeliefEvaluation(Section):
 
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
+    capabilities: ClassVar[frozenset[str]] = frozenset({"loan_mdp"})
     family: Literal["beta_belief"] = "beta_belief"
     population: BeliefPopulation = Field(default_factory=BeliefPopulation)
     dynamics: BeliefDynamics = Field(default_factory=BeliefDynamics)
     bank: BeliefBank = Field(default_factory=BeliefBank)
+    fairness: BeliefFairness = Field(default_factory=BeliefFairness)
     evaluation: BeliefEvaluation = Field(default_factory=BeliefEvaluation)
 
     @model_validator(mode="after")
@@ -110,9 +134,9 @@ class Scenario(steps.StepScenario):
         if ep.horizon != round(ep.horizon) or ep.horizon > 1000:
             raise ValueError(f"episodes.horizon is the number of decisions per applicant: a whole "
                              f"number <= 1000, got {ep.horizon:g}")
-        if self.policy.name not in POLICIES:
-            raise ValueError(f"policy {self.policy.name!r} does not apply to family 'beta_belief' "
-                             f"(allowed: {', '.join(POLICIES)})")
+        if self.fairness.average == "undiscounted" and self.bank.gamma ** (ep.horizon - 1) < UNDERFLOW_GUARD:
+            raise ValueError(f"fairness.average undiscounted needs bank.gamma^(horizon - 1) >= {UNDERFLOW_GUARD:g} "
+                             f"(gamma {self.bank.gamma:g}, horizon {ep.horizon:g})")
         return self
 
     def mdp_params(self) -> LoanMDPParams:
@@ -126,20 +150,19 @@ class Scenario(steps.StepScenario):
             presimulation_steps=tuple(pop.presimulation_steps), interest=bank.interest,
             principal=bank.principal, risk_weight=bank.risk_weight,
             reject_penalty=self.dynamics.reject_penalty, gamma=bank.gamma,
-            horizon=int(self.episodes.horizon), qualified_threshold=pop.qualified_threshold)
+            horizon=int(self.episodes.horizon), qualified_threshold=pop.qualified_threshold,
+            risk_term=bank.risk_term, reward_offset=float(bank.reward_offset),
+            fairness_average=self.fairness.average, fairness_divisor=self.fairness.divisor)
 
 
-@dataclass
-class BeliefContext:
-    """What this family's policies read: observation names, the MDP (built once, lazily) and
-    the scenario (the CCE rollout evaluator runs short copies of it)."""
+@dataclass(frozen=True)
+class BeliefContext(PolicyContext):
+    """What this family's policies read (``abm.world.LoanMDPContext``): observation names, the
+    MDP (built once, lazily) and the scenario (the CCE rollout evaluator runs short copies of it)."""
 
-    obs_fields: tuple[str, ...]
-    group_names: tuple[str, ...]
     params: LoanMDPParams
     scenario: Any
     world: Any
-    family: str = "beta_belief"
 
     @property
     def mdp(self):
@@ -158,6 +181,11 @@ class World:
         sc = model.scenario
         self.params = sc.mdp_params()
         self.gamma = self.params.gamma
+        # X_O = offer_scale * sum_t offer_weight^t 1[offer at t]: discounted or undiscounted / divisor
+        if self.params.undiscounted:
+            self.offer_discount, self.offer_scale = 1.0, 1.0 / self.params.divisor
+        else:
+            self.offer_discount, self.offer_scale = self.gamma, 1.0 - self.gamma
         self.group_names = list(GROUP_NAMES)
         sizes = steps.allocate(sc.population.size, [1.0 - self.params.majority_share, self.params.majority_share])
         if sizes.min() == 0:
@@ -222,7 +250,7 @@ class World:
             store["applications"] += counts
 
     def policy_context(self) -> BeliefContext:
-        return BeliefContext(OBS_FIELDS, GROUP_NAMES, self.params, self.model.scenario, self)
+        return BeliefContext(OBS_FIELDS, GROUP_NAMES, self.params, self.model.scenario, self, family="beta_belief")
 
     def observe(self, idx: np.ndarray) -> np.ndarray:
         c = self.cols
@@ -266,9 +294,9 @@ class World:
             raise InvariantError("invariant 'at most horizon decisions per applicant' broken")
         alpha, beta = self.belief(idx)
         weight = self.gamma ** t
-        reward = np.where(approved, bank_reward(alpha, beta, p), 0.0)
+        reward = np.where(approved, bank_reward(alpha, beta, p), reject_reward(p))
         c["disc_reward"][idx] += weight * reward
-        c["disc_offers"][idx] += weight * approved
+        c["disc_offers"][idx] += self.offer_discount ** t * approved
         self.reward_total += float(reward.sum())
         c["step"][idx] += 1
         c["rejections"][idx[~approved]] += 1
@@ -312,7 +340,7 @@ class World:
         """Re-evaluate exactly when the policy's decisions changed; restart the pooled estimate."""
         if not self.model.scenario.evaluation.exact:
             return
-        from policies.fair_mdp.evaluate import evaluate_policy
+        from abm.families.loan_mdp.evaluate import evaluate_policy
 
         table = self.policy_table()
         if table is None or (self._table is not None and np.array_equal(table, self._table)):
@@ -320,7 +348,9 @@ class World:
         self._table = table
         result = evaluate_policy(self.mdp, table)
         self.exact = {"exact_reward": result.reward, "exact_dp_gap": result.dp_gap, "exact_eo_gap": result.eo_gap,
-                      "exact_discounted_return": result.discounted_return}
+                      "exact_discounted_return": result.discounted_return,
+                      # the seed's Figure-1 scale: the public code's +2 per decision
+                      "exact_paper_scale_return": result.discounted_return + self.params.paper_scale_shift()}
         for g, name in enumerate(GROUP_NAMES):
             self.exact[f"exact_offer_rate_{name}"] = result.offer_rate[g]
             self.exact[f"exact_qualified_offer_rate_{name}"] = result.qualified_offer_rate[g]
@@ -330,7 +360,7 @@ class World:
     # -- episodes ---------------------------------------------------------------------------
     def cohort_estimates(self) -> dict[str, Any]:
         c = self.cols
-        x_r, x_o = (1 - self.gamma) * c["disc_reward"], (1 - self.gamma) * c["disc_offers"]
+        x_r, x_o = (1 - self.gamma) * c["disc_reward"], self.offer_scale * c["disc_offers"]
         z, q = c["group"], c["qualified"]
         row: dict[str, Any] = {}
         means = np.array([x_r[z == g].mean() for g in range(2)])
@@ -397,7 +427,7 @@ class World:
         if not np.isclose(ledger, self.profit_total, rtol=1e-9, atol=1e-6):
             raise InvariantError(f"invariant 'cash profit = repayment ledger' broken: {self.profit_total} vs {ledger}")
 
-    def ledger_check(self, events: pd.DataFrame) -> None:
+    def ledger_check(self, events: pd.DataFrame, episodes: pd.DataFrame) -> None:
         """Cash profit and application counts recomputed from the event log alone."""
         kind = events["kind"].astype(str)
         p = self.params
@@ -422,7 +452,7 @@ class World:
             "alpha": alpha, "beta": beta, "repayments": c["repayments"], "defaults": c["defaults"],
             "rejections": c["rejections"], "offers": c["offers"], "profit": c["profit"],
             "discounted_reward": (1 - self.gamma) * c["disc_reward"],
-            "discounted_offers": (1 - self.gamma) * c["disc_offers"],
+            "discounted_offers": self.offer_scale * c["disc_offers"],  # X_O (undiscounted / divisor if so set)
         })
 
     def summary(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.fair_mdp.mdp import LoanMDPParams
+from abm.families.loan_mdp.mdp import LoanMDPParams
 
 
 def fit_fico_priors(data_dir: str | None = None) -> tuple[list[float], list[float], float]:

@@ -105,6 +105,7 @@ class CreditBank(Section):
 
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
     family: Literal["credit_score"] = "credit_score"
     population: CreditPopulation = Field(default_factory=CreditPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)
@@ -115,7 +116,6 @@ class Scenario(steps.StepScenario):
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
         check_observation_lengths(self.observation, len(self.population.groups))
-        steps.refuse_eutopia_policies(self.policy.name, self.family)
         return self
 
 

@@ -7,24 +7,27 @@ with self-selection weights ``w_i = 1 + lambda_sel * sigma(h_theta(x_i, g_i))``,
 applicant is drawn with probability proportional to ``w_i`` (exact rejection sampling: the
 weights are bounded by 1 + lambda_sel). Whenever f(mu_g), the weights or the excitation change,
 the group's process is interrupted and redraws (exponential waits are memoryless: exact).
-See docs/MODEL.md, "Eutopia".
+The excitation state's decay and jumps: ``abm.hawkes``. See docs/MODEL.md, "Eutopia".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
 import simpy
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from abm.config import ScenarioBase, Section
 from abm.errors import InvariantError
 from abm.eventlog import EventKind
 from abm.families import loanly
 from abm.families.eutopia_arrivals import BlockArrivals
+from abm.families.eutopia_likelihood import ApplicationScore
+from abm.hawkes import decay, excite
+from abm.world import PolicyContext
 
 WEALTH_SCALE = 200.0  # $K: observation wealth and group means are divided by this
 LOAN_SCALE = 100.0  # $K: observation loan amount is divided by this
@@ -32,7 +35,21 @@ OBS_FIELDS = (
     "wealth", "group", "mean_wealth_M", "mean_wealth_F", "intensity_M", "intensity_F",
     "default_rate_M", "default_rate_F", "approval_score", "theta_g", "theta_x", "loan_amount",
 )
+#: the observation's units, for policies (``PolicyContext.obs_scale``): observed value = $K / scale
+OBS_SCALE = {"wealth": WEALTH_SCALE, "mean_wealth_M": WEALTH_SCALE, "mean_wealth_F": WEALTH_SCALE,
+             "loan_amount": LOAN_SCALE}
 REGIMES = {"pretraining": (0.02, 0.15), "evaluation": (0.14, 0.16)}
+
+
+def omit_defaults(section, data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """Drop ``names`` from a section's dump while they hold their defaults, so a field added
+    later leaves the dump, and with it the config hash and run-folder names, of every run that
+    does not set it unchanged."""
+    fields = type(section).model_fields
+    for name in names:
+        if name in data and getattr(section, name) == fields[name].default:
+            del data[name]
+    return data
 
 
 class LoanlyPopulation(Section):
@@ -52,6 +69,9 @@ class LoanlyPopulation(Section):
         None, description="[delta_min, delta_max]; p_def = their midpoint. Filled from the regime unless custom.")
     tau_inv: float = Field(0.35, ge=0, le=10, description="Applicant's return on investment of the loan.")
     tau_interest: float = Field(0.15, ge=0, le=10, description="Interest rate: bank profit per repaid $ lent.")
+    revenue: Literal["interest", "principal_plus_interest"] = Field("interest", description=(
+        "What the bank books on a repaid loan: interest (tau_interest * l, the seed's profit) or "
+        "principal_plus_interest ((1 + tau_interest) * l, the seed's revenue); a default books -l either way."))
     selection_strength: float = Field(0.5, ge=0, le=100, description="lambda in the self-selection weight 1 + lambda*sigma(h_theta).")
 
     @model_validator(mode="before")
@@ -85,6 +105,15 @@ class LoanlyPopulation(Section):
     def p_default(self) -> float:
         return sum(self.default_range) / 2.0
 
+    @property
+    def repay_rate(self) -> float:
+        """What the bank books per $ of a repaid loan under ``revenue``."""
+        return self.tau_interest + (1.0 if self.revenue == "principal_plus_interest" else 0.0)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        return omit_defaults(self, handler(self), ("revenue",))
+
 
 class HawkesArrivals(Section):
     base_intercept: float = Field(1.0, ge=0, le=1e6, description="a in f(mu) = a + b*mu (applications per time unit).")
@@ -106,21 +135,59 @@ class EutopiaDynamics(Section):
     approval_model: Literal["refit", "frozen"] = Field(
         "refit", description="refit: at each episode end the published approval model is refit on the bank's decisions.")
     refit_min_decisions: int = Field(10, ge=2, le=10**9, description="Fewer decisions than this in an episode: keep the model.")
+    refit: Literal["keep_single_class", "prior"] = Field("keep_single_class", description=(
+        "keep_single_class: logistic fit (C = 1) of the episode's decisions, the model kept when they are all "
+        "one class; prior: a MAP logistic fit with a Gaussian prior centred on the published model "
+        "(precision refit_prior), continuous in the decisions."))
+    refit_prior: float = Field(1.0, gt=0, le=1e9, description=(
+        "refit: prior - precision of the prior on (theta_g, theta_x, b) around the published model."))
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        return omit_defaults(self, handler(self), ("refit", "refit_prior"))
 
 
 class Scenario(ScenarioBase):
+    capabilities: ClassVar[frozenset[str]] = frozenset({"wealth", "latent_default", "labels", "approval_model",
+                                                        "decision_env"})
     family: Literal["eutopia"] = "eutopia"
     population: LoanlyPopulation = Field(default_factory=LoanlyPopulation)
     arrivals: HawkesArrivals = Field(default_factory=HawkesArrivals)
     dynamics: EutopiaDynamics = Field(default_factory=EutopiaDynamics)
 
+    @field_validator("arrivals")
+    @classmethod
+    def _effective_branching(cls, arr: HawkesArrivals, info: ValidationInfo) -> HawkesArrivals:
+        """Refuse a Hawkes process that explodes, or base rates beyond the episode's application
+        budget (docs/MODEL.md, "Stability"): checks across sections, so here, not in a section."""
+        pop, episodes = info.data.get("population"), info.data.get("episodes")
+        if pop is None:  # the population's own error is reported
+            return arr
+        w_max = 1.0 + pop.selection_strength  # each event excites at most alpha w_max / beta applications
+        ratio = arr.excitation * w_max / arr.decay
+        if ratio >= 1:
+            raise ValueError(
+                f"effective branching ratio arrivals.excitation x (1 + population.selection_strength) / "
+                f"arrivals.decay = {arr.excitation:g} x {w_max:g} / {arr.decay:g} = {ratio:.4g} must be < 1 "
+                f"(each {arr.excite_on[:-1]} would bring that many more applications on average: the process explodes)")
+        if episodes is not None:  # weights >= 1 and f(mu) >= a + b wealth_min: a lower bound
+            least = 2 * (arr.base_intercept + arr.base_slope * pop.wealth_min) * episodes.horizon
+            if least > episodes.max_applications:
+                raise ValueError(
+                    f"arrivals.base_intercept {arr.base_intercept:g} and base_slope {arr.base_slope:g} expect at least "
+                    f"{least:,.0f} applications per episode (2 groups x (a + b x population.wealth_min) x "
+                    f"episodes.horizon), more than episodes.max_applications = {episodes.max_applications:,}")
+        return arr
 
-@dataclass
-class PolicyContext:
-    """What a policy may read besides observations: field names, economics and the population."""
 
-    obs_fields: tuple[str, ...]
-    group_names: tuple[str, ...]
+@dataclass(frozen=True)
+class LoanlyContext(PolicyContext):
+    """What a policy may read besides observations: field names and scales, economics and the
+    population (``abm.world.ApprovalContext``)."""
+
+    #: what the bank books per $ of a repaid loan (``population.repay_rate``: tau_interest under
+    #: ``revenue: interest``, 1 + tau_interest under ``principal_plus_interest``), so a lender's
+    #: break-even follows the scenario's revenue reading
     tau_interest: float
     columns: Callable[[], dict[str, np.ndarray]]
     #: the approval model at build time: its wealth standardisation defines a published theta_x
@@ -196,24 +263,23 @@ class World:
 
     # -- set-up -----------------------------------------------------------------------------
     def start(self) -> None:
-        policy = self.model.policy
-        if getattr(policy, "needs_application_score", False):
-            from abm.families.eutopia_likelihood import ApplicationScore
-
+        policy = self.model.policy  # None in external mode (the gym adapter decides)
+        if policy is not None and policy.needs_application_score:
             self.app_score = ApplicationScore(self)
-        published = getattr(policy, "approval_model", None)
-        if callable(published) and published() is not None:
-            self._publish(*published())
+        theta = policy.approval_model() if policy is not None else None
+        if theta is not None:
+            self._publish(*theta)
         self.procs = [self.env.process(self._arrivals(g)) for g in range(2)]
         if self.model.scenario.episodes.review == "immediate":
             self.env.process(self._immediate_bank())
 
-    def policy_context(self) -> PolicyContext:
+    def policy_context(self) -> LoanlyContext:
         def columns() -> dict[str, np.ndarray]:
             c = self.cols
             return {k: c[k] for k in ("group", "wealth", "label", "weight", "loan_amount", "default")}
 
-        return PolicyContext(OBS_FIELDS, tuple(self.group_names), self.pop.tau_interest, columns, self.approval)
+        return LoanlyContext(OBS_FIELDS, tuple(self.group_names), self.pop.repay_rate, columns, self.approval,
+                             family="eutopia", obs_scale=OBS_SCALE)
 
     # -- intensities and arrivals -----------------------------------------------------------
     def base_rate(self, g: int) -> float:
@@ -221,12 +287,14 @@ class World:
         return max(0.0, self.arr.base_intercept + self.arr.base_slope * mu)
 
     def excitation_now(self, g: int, t: float | None = None) -> float:
+        """E_g(t): the excitation state (excitation[g] at excitation_time[g]) decayed to t."""
         t = self.env.now if t is None else t
-        return self.excitation[g] * np.exp(-self.arr.decay * (t - self.excitation_time[g]))
+        return decay(self.excitation[g], t - self.excitation_time[g], self.arr.decay)
 
     def intensity(self, g: int, t: float | None = None) -> float:
         """The group's Hawkes intensity lambda_g(t) (before self-selection weights)."""
-        return self.base_rate(g) + self.excitation_now(g, t)
+        t = self.env.now if t is None else t  # excitation_now(g, t) inlined: one call less per event
+        return self.base_rate(g) + decay(self.excitation[g], t - self.excitation_time[g], self.arr.decay)
 
     def application_rate(self, g: int) -> float:
         """Total application rate of group g now: lambda_g(t) * mean_i(w_i)."""
@@ -236,7 +304,8 @@ class World:
         if self.app_score is not None:
             self.app_score.advance()
         now = self.env.now
-        self.excitation[g] = self.excitation_now(g, now) + self.arr.excitation * count
+        self.excitation[g] = excite(self.excitation[g], now - self.excitation_time[g], self.arr.decay,
+                                    self.arr.excitation * count)
         self.excitation_time[g] = now
 
     def collect_arrivals(self) -> None:
@@ -246,7 +315,7 @@ class World:
 
     def _commit_arrivals(self, times: np.ndarray, ids: np.ndarray) -> None:
         c = self.cols
-        app_score = getattr(self, "app_score", None)  # PERL's application likelihood, when present
+        app_score = self.app_score  # PERL's application likelihood, when present
         if app_score is not None:
             for i in ids.tolist():
                 app_score.applied(i)
@@ -381,7 +450,7 @@ class World:
         groups = c["group"][won]
         repaid = ~c["default"][won]
         loan = c["loan_amount"][won]
-        profit = np.where(repaid, self.pop.tau_interest * loan, -loan)
+        profit = np.where(repaid, self.pop.repay_rate * loan, -loan)
         payers = won[repaid]
         pay_groups = groups[repaid]
         gain = c["gain"][payers]
@@ -473,8 +542,7 @@ class World:
 
     def end_episode(self, episode: int) -> None:
         policy = self.model.policy
-        published = getattr(policy, "approval_model", None)
-        theta = published() if callable(published) else None
+        theta = policy.approval_model() if policy is not None else None
         if theta is not None:
             self._publish(*theta)
         elif self.dyn.approval_model == "refit" and self._decisions:
@@ -482,8 +550,12 @@ class World:
             if len(wealth) >= self.dyn.refit_min_decisions:
                 groups = np.concatenate([d[1] for d in self._decisions])
                 approved = np.concatenate([d[2] for d in self._decisions])
-                fitted = loanly.fit_approval_model(wealth, groups, approved,
-                                                   self.approval.wealth_mean, self.approval.wealth_std)
+                if self.dyn.refit == "prior":
+                    fitted = loanly.fit_approval_model_prior(wealth, groups, approved, self.approval,
+                                                             self.dyn.refit_prior)
+                else:
+                    fitted = loanly.fit_approval_model(wealth, groups, approved,
+                                                       self.approval.wealth_mean, self.approval.wealth_std)
                 if fitted is not None:
                     self._publish(fitted.theta_g, fitted.theta_x, fitted.bias)
         self._decisions = []
@@ -495,6 +567,21 @@ class World:
         self._interrupt(range(2))
 
     # -- end of run -------------------------------------------------------------------------
+    def ledger_check(self, events: pd.DataFrame, episodes: pd.DataFrame) -> None:
+        """Profit = repay rate x repaid - defaulted from the events alone (the repay rate follows
+        ``population.revenue``); apply events per group = the episodes' application counts."""
+        ledger = ledger_profit(events, self.pop.repay_rate)
+        if not np.isclose(ledger, self.profit_total, rtol=1e-9, atol=1e-6):
+            raise InvariantError(f"invariant 'profit equals the event ledger' broken: "
+                                 f"ledger {ledger:.6f}, bank {self.profit_total:.6f}")
+        for g in self.group_names:
+            col = f"applications_{g}"
+            if col in episodes.columns:
+                n_events = int(((events["kind"].astype(str) == "apply") & (events["group"].astype(str) == g)).sum())
+                if n_events != int(episodes[col].sum()):
+                    raise InvariantError(f"invariant 'counts consistent' broken: {col} {int(episodes[col].sum())} "
+                                         f"vs {n_events} apply events")
+
     def check_invariants(self) -> None:
         c = self.cols
         expected = c["initial_wealth"] + c["repayments"] * c["gain"]
@@ -506,7 +593,7 @@ class World:
         if not np.all((c["approval_score"] >= 0) & (c["approval_score"] <= 1)):
             raise InvariantError("invariant 'approval scores in [0, 1]' broken")
         ledger = float(np.sum(np.where(c["default"], -c["loan_amount"] * c["defaults"],
-                                       self.pop.tau_interest * c["loan_amount"] * c["repayments"])))
+                                       self.pop.repay_rate * c["loan_amount"] * c["repayments"])))
         if not np.isclose(ledger, self.profit_total, rtol=1e-9, atol=1e-6):
             raise InvariantError(f"invariant 'profit = ledger' broken: {self.profit_total} vs {ledger}")
         if not np.allclose(np.bincount(c["group"], weights=c["wealth"], minlength=2), self.wealth_sum, rtol=1e-9):
@@ -542,6 +629,15 @@ class World:
             "approval_model": {"theta_g": self.approval.theta_g, "theta_x": self.approval.theta_x,
                                "bias": self.approval.bias},
         }
+
+
+def ledger_profit(events: pd.DataFrame, repay_rate: float) -> float:
+    """Bank profit recomputed from the event log alone: ``repay_rate`` per repaid $ (the
+    scenario's ``population.repay_rate``), minus every defaulted $."""
+    kind = events["kind"].astype(str)
+    repaid = events.loc[kind == "repay", "amount"].sum()
+    defaulted = events.loc[kind == "default", "amount"].sum()
+    return float(repay_rate * repaid - defaulted)
 
 
 def population_table(scenario, rng: np.random.Generator) -> pd.DataFrame:

@@ -21,8 +21,13 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
+from abm.hawkes import decay
+
 BLOCK_MARGIN = 1.5  # candidates per block: this many times the expected count in one epoch ...
 BLOCK_MIN = 8  # ... and never fewer than this
+# ... nor more than this (a runaway rate must not allocate a huge block before the engine's
+# application budget, episodes.max_applications, can stop it; any block size is exact)
+BLOCK_MAX = 1 << 18
 
 
 class BlockArrivals:
@@ -46,6 +51,8 @@ class BlockArrivals:
                 while True:
                     last = self._draw(g, bound)
                     yield env.timeout(last - env.now)
+                    if sum(map(len, self.pending_i[g])) > w.model.applications_left():
+                        self.collect()  # past the episode's budget: committing raises the engine's error
                     bound = w.intensity(g) * w.max_weight  # smaller now: the excitation decayed
             except simpy.Interrupt:
                 w._wake[g] = False
@@ -61,11 +68,11 @@ class BlockArrivals:
         w, now = self.world, self.env.now
         rng = w.arrival_rngs[g]
         start, stop = w.group_slices[g]
-        k = max(BLOCK_MIN, int(BLOCK_MARGIN * bound * self.epoch) + 1)
+        k = min(BLOCK_MAX, max(BLOCK_MIN, int(BLOCK_MARGIN * bound * self.epoch) + 1))
         times = now + np.cumsum(rng.exponential(1.0 / bound, k))
         who = start + rng.integers(stop - start, size=k)
         # exact intensity at each candidate: constant base + decaying excitation
-        intensity = w.base_rate(g) + w.excitation[g] * np.exp(-w.arr.decay * (times - w.excitation_time[g]))
+        intensity = w.base_rate(g) + decay(w.excitation[g], times - w.excitation_time[g], w.arr.decay)
         kept = rng.random(k) * bound <= intensity * w.cols["weight"][who]
         if kept.any():
             self.pending_t[g].append(times[kept])

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from abm.hawkes import integrated_excitation
+
 
 class ApplicationScore:
     """Accumulates grad_theta log p(applications of this episode | theta) for one world."""
@@ -67,7 +69,7 @@ class ApplicationScore:
             return
         beta = w.arr.decay
         for g in range(2):
-            integral = w.base_rate(g) * dt + w.excitation_now(g, self.t_last) * (-np.expm1(-beta * dt)) / beta
+            integral = w.base_rate(g) * dt + integrated_excitation(w.excitation_now(g, self.t_last), dt, beta)
             self.compensator += integral * self._mean_grad_w[g]
         self.t_last = now
 

@@ -108,6 +108,7 @@ class FicoBank(Section):
 
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
     family: Literal["fico"] = "fico"
     population: FicoPopulation = Field(default_factory=FicoPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)
@@ -118,7 +119,6 @@ class Scenario(steps.StepScenario):
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
         check_observation_lengths(self.observation, len(self.population.groups))
-        steps.refuse_eutopia_policies(self.policy.name, self.family)
         return self
 
 

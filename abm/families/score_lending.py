@@ -23,6 +23,7 @@ from abm.config import Section
 from abm.errors import InvariantError
 from abm.eventlog import EventKind
 from abm.families import steps
+from abm.world import Lever
 
 OBS_FIELDS = ("credit_score", "group", "repay_ratio", "default_ratio")
 
@@ -128,6 +129,19 @@ class ScoreLendingWorld(ABC):
         if self.obs_repay.shape != (n,) or self.obs_default.shape != (n,):
             raise InvariantError(f"observation dynamics need one value per group ({n})")
 
+    def observation_lever(self, scale: float) -> Lever:
+        """The Bisimulator's omega = (observed c+ per group, observed c- per group), searched
+        within [min(0, scale c), max(0, scale c)] of the true change c (``abm.world.ObservationLever``)."""
+        G = self.n_groups
+        up, down = float(self.change_repay), float(self.change_default)
+        init = np.concatenate([self.obs_repay, self.obs_default]).astype(float)
+        low = np.concatenate([np.full(G, min(0.0, scale * up)), np.full(G, min(0.0, scale * down))])
+        high = np.concatenate([np.full(G, max(0.0, scale * up)), np.full(G, max(0.0, scale * down))])
+        return Lever(init, low, high,
+                     lambda om: self.set_observation_dynamics(om[:G], om[G:]),
+                     lambda om: {"observation": {"score_change_repay": [float(x) for x in om[:G]],
+                                                 "score_change_default": [float(x) for x in om[G:]]}})
+
     # -- set-up -----------------------------------------------------------------------------
     def start(self) -> None:
         self.env.process(steps.unit_step_arrivals(self, self._pick, self._prepare))
@@ -151,7 +165,7 @@ class ScoreLendingWorld(ABC):
             return steps.counts_by_group(self.cols["observed_score"], self.cols["group"], self.n_groups)
 
         return steps.ThresholdContext(self.obs_fields, tuple(self.group_names), "credit_score",
-                                      self.known_curve, self.rewards, score_counts, self.family)
+                                      self.known_curve, self.rewards, score_counts, family=self.family)
 
     # -- observations -----------------------------------------------------------------------
     def observe(self, idx: np.ndarray) -> np.ndarray:
@@ -358,7 +372,7 @@ class ScoreLendingWorld(ABC):
         if int(self.cum["tp"].sum()) != int(c["repayments"].sum()):
             raise InvariantError("invariant 'true positives = repayments' broken")
 
-    def ledger_check(self, events: pd.DataFrame) -> None:
+    def ledger_check(self, events: pd.DataFrame, episodes: pd.DataFrame) -> None:
         """The bank's return recomputed from the event log alone (rejections earn nothing)."""
         kind = events["kind"].astype(str)
         ledger = self.rewards.approve_good * int((kind == "repay").sum()) + \

@@ -20,27 +20,11 @@ from pydantic import Field, model_validator
 from scipy.stats import wasserstein_distance
 
 from abm.config import EpisodesConfig, ScenarioBase, Section
-
-# Eutopia's rules read wealth and Loanly labels; on these families they have seed-002 twins.
-EUTOPIA_ONLY = {
-    "equal_opportunity": "eo_threshold", "demographic_parity": "dp_threshold",
-    "wealth_threshold": "single_threshold", "score_threshold": "single_threshold",
-    "one_step": "classifier", "oracle": None,
-}
-
+from abm.world import PolicyContext
 
 def step_episodes(count: int, horizon: float) -> Callable[[], EpisodesConfig]:
     """Default episodes section: ``count`` checkpoints of ``horizon`` steps, decided on arrival."""
     return lambda: EpisodesConfig(count=count, horizon=horizon, decision_interval=1.0, review="immediate")
-
-
-def refuse_eutopia_policies(policy_name: str, family: str) -> None:
-    """One clear line instead of a crash deep in a run when a Eutopia-only rule is chosen."""
-    if policy_name in EUTOPIA_ONLY:
-        twin = EUTOPIA_ONLY[policy_name]
-        hint = f"; use {twin!r} (its seed-002 counterpart)" if twin else ""
-        raise ValueError(f"policy {policy_name!r} is a Eutopia (wealth-based) rule and does not apply "
-                         f"to family {family!r}{hint}")
 
 
 class StepArrivals(Section):
@@ -68,8 +52,8 @@ class RewardTable:
                         np.where(good, self.reject_good, self.reject_bad)).astype(float)
 
 
-@dataclass
-class ThresholdContext:
+@dataclass(frozen=True)
+class ThresholdContext(PolicyContext):
     """What threshold and classifier policies may read besides observations.
 
     ``p_good(scores, groups)`` is the known curve P(repay | score, group) (admissions: P(success));
@@ -78,13 +62,10 @@ class ThresholdContext:
     its applicant base; uniform sampling makes it the applicant distribution).
     """
 
-    obs_fields: tuple[str, ...]
-    group_names: tuple[str, ...]
     score_field: str
     p_good: Callable[[np.ndarray, np.ndarray], np.ndarray]
     rewards: RewardTable
     score_counts: Callable[[], list[tuple[np.ndarray, np.ndarray]]]
-    family: str
 
 
 @dataclass

@@ -18,7 +18,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from policies.deep.ppo import FairPPOLender, PPOParams
+from policies.deep.common import DeepLender
+from policies.deep.learner import RolloutContext
+from policies.deep.ppo import PPOLearner, PPOParams
 
 
 class APPOParams(PPOParams):
@@ -34,7 +36,12 @@ def min_max(x: np.ndarray) -> np.ndarray:
 
 
 class RecallGapTracker:
-    """Running per-group TPR over the current episode, carried across rollouts."""
+    """Running per-group TPR over the current episode, carried across rollouts: A-PPO's
+    advantage adjuster."""
+
+    @classmethod
+    def for_env(cls, env, p: APPOParams, seed: int) -> "RecallGapTracker":
+        return cls(env.n_groups, p)
 
     def __init__(self, n_groups: int, p: APPOParams):
         self.p = p
@@ -66,21 +73,19 @@ class RecallGapTracker:
                 self.tp[:], self.pos[:], self.prev = 0.0, 0.0, 0.0
         return v, div
 
-    def __call__(self, adv: np.ndarray, rec: dict[str, np.ndarray], model) -> np.ndarray:
+    def __call__(self, adv: np.ndarray, rec: dict[str, np.ndarray], ctx: RolloutContext) -> np.ndarray:
         v, div = self.penalties(rec)
         p = self.p
         return p.beta_0 * min_max(adv) + p.beta_1 * min_max(v) + p.beta_2 * min_max(div)
 
+    def state(self) -> dict[str, Any]:
+        return {"recall_gap": self.gap()}
 
-class APPOLender(FairPPOLender):
+
+class APPOLender(DeepLender):
     """A-PPO: PPO with advantage regularisation towards equal recall across groups."""
 
     name: ClassVar[str] = "a_ppo"
     Params = APPOParams
-
-    def make_adjuster(self, env):
-        return RecallGapTracker(env.n_groups, self.params)
-
-    def extra_state(self) -> dict[str, Any]:
-        adj = getattr(self, "adjuster", None)
-        return {"recall_gap": adj.gap()} if adj is not None else {}
+    learner_cls = PPOLearner
+    adjuster_cls = RecallGapTracker

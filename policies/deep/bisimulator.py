@@ -33,19 +33,20 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal
 
 import gymnasium
 import numpy as np
 import torch
 from pydantic import BaseModel, Field
-from stable_baselines3.common.callbacks import BaseCallback
 
 from abm.errors import UserError
-from policies.deep.common import records_arrays
-from policies.deep.dqn import DQNLender, DQNParams
-from policies.deep.ppo import PPOLender, PPOParams
+from abm.gym import AbmEnv
+from abm.world import Lever, ObservationLever
+from policies.deep.common import DeepLender
+from policies.deep.dqn import DQNLearner, DQNParams
+from policies.deep.learner import Learner, records_arrays
+from policies.deep.ppo import PPOLearner, PPOParams
 
 
 class BisimFields(BaseModel):
@@ -72,38 +73,15 @@ class BisimDQNParams(BisimFields, DQNParams):
 
 
 # -- omega: the family's agent-side observation lever --------------------------------------------
-@dataclass
-class OmegaSpec:
-    """How omega maps onto a family's world (live) and scenario (for new episodes)."""
-
-    init: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    apply: Callable[[Any, np.ndarray], None]  # (world, omega) -> None
-    fields: Callable[[np.ndarray], dict[str, dict[str, Any]]]  # omega -> {section: {field: value}}
+def observation_lever(world, scale: float) -> Lever:
+    """The world's omega (``abm.world.ObservationLever``), bounds ``scale`` times the true values."""
+    if not isinstance(world, ObservationLever):
+        raise UserError(f"policy.variant: family {type(world).__module__.rsplit('.', 1)[-1]!r} has no agent-side "
+                        "observation dynamics to optimise; use variant: reward_only")
+    return world.observation_lever(scale)
 
 
-def omega_spec(world, scale: float) -> OmegaSpec:
-    G = world.n_groups
-    if hasattr(world, "set_observation_dynamics"):  # score lending: c+ and c- per group
-        up, down = float(world.change_repay), float(world.change_default)
-        init = np.concatenate([world.obs_repay, world.obs_default]).astype(float)
-        low = np.concatenate([np.full(G, min(0.0, scale * up)), np.full(G, min(0.0, scale * down))])
-        high = np.concatenate([np.full(G, max(0.0, scale * up)), np.full(G, max(0.0, scale * down))])
-        return OmegaSpec(init, low, high,
-                         lambda w, om: w.set_observation_dynamics(om[:G], om[G:]),
-                         lambda om: {"observation": {"score_change_repay": [float(x) for x in om[:G]],
-                                                     "score_change_default": [float(x) for x in om[G:]]}})
-    if hasattr(world, "set_manipulation_costs"):  # admissions: manipulation cost per group
-        true = np.asarray(world.true_costs, dtype=float)
-        return OmegaSpec(np.asarray(world.costs, dtype=float), true / (10.0 * scale), true * scale,
-                         lambda w, om: w.set_manipulation_costs(om),
-                         lambda om: {"observation": {"manipulation_cost": [float(x) for x in om]}})
-    raise UserError(f"policy.variant: family {type(world).__module__.rsplit('.', 1)[-1]!r} has no agent-side "
-                    "observation dynamics to optimise; use variant: reward_only")
-
-
-def with_omega(scenario, spec: OmegaSpec, omega: np.ndarray):
+def with_omega(scenario, spec: Lever, omega: np.ndarray):
     update = {}
     for section, values in spec.fields(omega).items():
         update[section] = getattr(scenario, section).model_copy(update=values)
@@ -168,6 +146,7 @@ class Bisimulator:
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.omega: np.ndarray | None = None
+        self.last_j_dyn: float | None = None  # J_dyn of the last dynamics phase's best omega
         self.history: list[dict[str, float]] = []
 
     # -- reward ---------------------------------------------------------------------------
@@ -241,7 +220,7 @@ class Bisimulator:
             w2 = ((mean[i] - mean[j]) ** 2).sum(1) + ((sd[i] - sd[j]) ** 2).sum(1)
         return float(self.gamma * w2.sqrt().mean())
 
-    def dynamics_phase(self, collect: Callable[[np.ndarray, int], dict], spec: OmegaSpec,
+    def dynamics_phase(self, collect: Callable[[np.ndarray, int], dict], spec: Lever,
                        fit_epochs: int = 15) -> np.ndarray:
         """N One-Plus-One iterations over omega (L8-13); returns the best omega seen.
 
@@ -250,7 +229,7 @@ class Bisimulator:
         another seed, so no candidate is favoured) and one minibatch order: their J_dyn differ
         by omega, not by sampling or fitting noise.
         """
-        import nevergrad as ng
+        import nevergrad as ng  # here, not at the top: a 4 s import, and `abm policies` imports this module
 
         start = np.clip(spec.init if self.omega is None else self.omega, spec.low, spec.high)
         seed = int(self.rng.integers(2**31 - 1))
@@ -281,7 +260,7 @@ class Bisimulator:
         return self.omega
 
 
-# -- plumbing into SB3 ------------------------------------------------------------------------------
+# -- the Bisimulator as a component of a DeepLender ------------------------------------------------
 class CorrectedReward(gymnasium.Wrapper):
     """Adds alpha R_phi(s, a, g) of the decision just taken to the env's reward."""
 
@@ -297,60 +276,54 @@ class CorrectedReward(gymnasium.Wrapper):
         return obs, reward + c, terminated, truncated, info
 
 
-class OuterLoop(BaseCallback):
-    """Algorithm 1's outer loop, run every ``outer_steps`` decisions of the RL learner."""
+class BisimTrainer:
+    """Algorithm 1's outer loop around a learner (PPO or DQN).
 
-    def __init__(self, lender: "BisimLender"):
-        super().__init__()
-        self.lender = lender
+    ``attach(env)`` builds the Bisimulator for the training env and returns the env with the
+    corrected reward; the learner trains on it and hands every step's decision records to
+    ``on_step``; every ``outer_steps`` decisions an outer iteration runs on the records just
+    collected (the reward phase, and in the full variant every ``dynamics_every`` iterations the
+    dynamics phase, whose rollouts ask the learner for actions). The learned omega is applied to
+    the training world at once, and to the evaluation world by ``configure_world``.
+    """
+
+    def __init__(self, params, seed: int, learner: Learner):
+        self.p = params
+        self.seed = seed
+        self.learner = learner
+        self.bisim: Bisimulator | None = None  # built by attach() (training only, not when loading)
+        self.spec: Lever | None = None  # the full variant's omega: start, bounds, scenario fields
+        self.raw_env: AbmEnv | None = None  # the training adapter under the reward wrapper
+        self.probe_env: AbmEnv | None = None  # the dynamics rollouts' env, made on the first one
+        self.loaded_omega: np.ndarray | None = None  # omega of a loaded model (config.json)
+        self.records: list[dict[str, Any]] = []  # decisions of the current outer iteration
         self.iteration = 0
-        self.records: list[dict[str, Any]] = []
 
-    def _on_step(self) -> bool:
-        for info, done in zip(self.locals["infos"], self.locals["dones"]):
-            rec = dict(info["decided"])
-            rec["done"] = bool(done)
-            self.records.append(rec)
-        if len(self.records) >= self.lender.params.outer_steps:
-            self.lender.outer_iteration(self.iteration, records_arrays(self.records))
+    def attach(self, env: AbmEnv) -> CorrectedReward:
+        p = self.p
+        self.raw_env = env
+        self.bisim = Bisimulator(env.obs_fields, env.n_groups, p, p.gamma, self.seed)
+        if p.variant == "full":
+            self.spec = observation_lever(env.sim.world, p.omega_scale)
+        return CorrectedReward(env, self.bisim)
+
+    def on_step(self, records: list[dict[str, Any]]) -> None:
+        self.records.extend(records)
+        if len(self.records) >= self.p.outer_steps:
+            self.outer_iteration(self.iteration, records_arrays(self.records))
             self.records = []
             self.iteration += 1
-        return True
-
-
-class BisimLender:
-    """Mixin: Bisimulator around an SB3 lender (PPO or DQN)."""
-
-    bisim: Bisimulator | None = None
-    spec: OmegaSpec | None = None
-
-    def make_env(self, scenario):
-        from abm.gym import AbmEnv
-
-        raw = AbmEnv(scenario, sim_episodes=self.params.sim_episodes or scenario.episodes.count)
-        self.raw_env = raw
-        self.bisim = Bisimulator(raw.obs_fields, raw.n_groups, self.params, self.params.gamma, self.train_seed)
-        if self.params.variant == "full":
-            self.spec = omega_spec(raw.sim.world, self.params.omega_scale)
-        return CorrectedReward(raw, self.bisim)
-
-    def learn(self) -> None:
-        self.model.learn(total_timesteps=self.params.total_timesteps, callback=OuterLoop(self))
-
-    def behaviour(self, obs: np.ndarray) -> int:
-        action, _ = self.model.predict(obs, deterministic=False)
-        return int(np.asarray(action).reshape(()))
 
     def collect(self, omega: np.ndarray, steps: int, seed: int) -> dict[str, np.ndarray]:
         """A dataset of ``steps`` decisions by the current policy with the agent seeing ``omega``."""
-        from abm.gym import AbmEnv
-
-        env = self._probe_env = getattr(self, "_probe_env", None) or AbmEnv(self.raw_env.scenario, sim_episodes=10**6)
+        if self.probe_env is None:
+            self.probe_env = AbmEnv(self.raw_env.scenario, sim_episodes=10**6)
+        env = self.probe_env
         env.scenario = with_omega(self.raw_env.scenario, self.spec, omega)
         obs, _ = env.reset(seed=seed)
         records = []
         for _ in range(steps):
-            obs, _, _, truncated, info = env.step(self.behaviour(obs))
+            obs, _, _, truncated, info = env.step(self.learner.predict(obs, deterministic=False))
             rec = dict(info["decided"])
             rec["done"] = truncated
             records.append(rec)
@@ -359,52 +332,65 @@ class BisimLender:
         return records_arrays(records)
 
     def outer_iteration(self, k: int, data: dict[str, np.ndarray]) -> None:
-        p = self.params
-        pairs = self.bisim._pairs(data)
-        before = self.bisim.j_rew(data, pairs)
+        p, bisim = self.p, self.bisim
+        pairs = bisim._pairs(data)
+        before = bisim.j_rew(data, pairs)
         for _ in range(p.reward_iterations):
-            self.bisim.reward_iteration(data, pairs)
-        row = {"iteration": k, "j_rew_before": before, "j_rew_after": self.bisim.j_rew(data, pairs)}
+            bisim.reward_iteration(data, pairs)
+        row = {"iteration": k, "j_rew_before": before, "j_rew_after": bisim.j_rew(data, pairs)}
         if p.variant == "full" and k % p.dynamics_every == 0:
-            omega = self.bisim.dynamics_phase(lambda om, seed: self.collect(om, p.dynamics_rollout, seed), self.spec)
-            self.spec.apply(self.raw_env.sim.world, omega)  # live, for the rest of this episode
+            omega = bisim.dynamics_phase(lambda om, seed: self.collect(om, p.dynamics_rollout, seed), self.spec)
+            observation_lever(self.raw_env.sim.world, p.omega_scale).apply(omega)  # live, for the rest of this episode
             self.raw_env.scenario = with_omega(self.raw_env.scenario, self.spec, omega)  # and later ones
             row["omega"] = omega.tolist()
-        self.bisim.history.append(row)
+        bisim.history.append(row)
 
     def configure_world(self, world) -> None:
-        """The evaluation run's agent sees the world through the learned omega."""
-        if self.spec is not None and self.bisim is not None and self.bisim.omega is not None:
-            self.spec.apply(world, self.bisim.omega)
+        """The evaluation run's agent sees the world through the learned (or loaded) omega."""
+        omega = self.loaded_omega if self.bisim is None else self.bisim.omega  # omega: full variant only
+        if omega is not None:
+            observation_lever(world, self.p.omega_scale).apply(omega)
 
-    def extra_state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
         if self.bisim is None:
             return {}
         last = self.bisim.history[-1] if self.bisim.history else {}
         return {"omega": None if self.bisim.omega is None else self.bisim.omega.tolist(),
                 "j_rew": last.get("j_rew_after"), "outer_iterations": len(self.bisim.history)}
 
-    def load_extra_state(self, state: dict[str, Any], folder) -> None:
+    def load_state(self, state: dict[str, Any]) -> None:
         if state.get("omega") is not None:
-            self._loaded_omega = np.asarray(state["omega"], dtype=float)
-
-    def prepare(self, model) -> None:
-        super().prepare(model)
-        loaded = getattr(self, "_loaded_omega", None)
-        if loaded is not None and self.bisim is None:
-            spec = omega_spec(model.world, self.params.omega_scale)
-            spec.apply(model.world, loaded)
+            self.loaded_omega = np.asarray(state["omega"], dtype=float)
 
 
-class BisimPPOLender(BisimLender, PPOLender):
+# read-only views of the trainer for the two lenders below (tests and notebooks use them)
+def _bisim(lender: DeepLender) -> Bisimulator | None:
+    return lender.bisimulator.bisim
+
+
+def _spec(lender: DeepLender) -> Lever | None:
+    return lender.bisimulator.spec
+
+
+def _collect(lender: DeepLender, omega: np.ndarray, steps: int, seed: int) -> dict[str, np.ndarray]:
+    return lender.bisimulator.collect(omega, steps, seed)
+
+
+class BisimPPOLender(DeepLender):
     """PPO + Bisimulator (seed 002 Algorithm 1; Table 8: alpha 5, M 1, N 300, K 1)."""
 
     name: ClassVar[str] = "bisim_ppo"
     Params = BisimPPOParams
+    learner_cls = PPOLearner
+    bisimulator_cls = BisimTrainer
+    bisim, spec, collect = property(_bisim), property(_spec), _collect
 
 
-class BisimDQNLender(BisimLender, DQNLender):
+class BisimDQNLender(DeepLender):
     """DQN + Bisimulator (seed 002 Algorithm 1; Table 8: alpha 1.5, M 1, N 300, K 1)."""
 
     name: ClassVar[str] = "bisim_dqn"
     Params = BisimDQNParams
+    learner_cls = DQNLearner
+    bisimulator_cls = BisimTrainer
+    bisim, spec, collect = property(_bisim), property(_spec), _collect

@@ -18,7 +18,8 @@ import torch
 from pydantic import Field
 from stable_baselines3 import DQN
 
-from policies.deep.common import DeepParams, DeepPolicy, linear_schedule
+from policies.deep.common import DeepLender, DeepParams, linear_schedule
+from policies.deep.learner import SB3Learner
 from policies.torch_common import torch_device
 
 
@@ -46,16 +47,23 @@ def dqn_kwargs(p: DQNParams) -> dict:
                 policy_kwargs=dict(net_arch=[p.hidden], activation_fn=torch.nn.Tanh), device=torch_device(), verbose=0)
 
 
-class DQNLender(DeepPolicy):
-    """DQN (SB3) trained on the scenario's gym adapter; seed 002 Table 7 defaults."""
+class DQNLearner(SB3Learner):
+    """SB3's DQN with the Table 7 settings; P(approve) is 1 where Q(s, approve) > Q(s, reject)."""
 
-    name: ClassVar[str] = "dqn"
-    Params = DQNParams
     algorithm: ClassVar[type] = DQN
+    on_policy: ClassVar[bool] = False
 
-    def build_model(self, env):
-        return self.algorithm("MlpPolicy", env, seed=self.train_seed, **dqn_kwargs(self.params))
+    def algorithm_kwargs(self) -> dict:
+        return dqn_kwargs(self.params)
 
     def approve_prob(self, obs: np.ndarray) -> np.ndarray:
         q = self.model.q_net(torch.as_tensor(obs, dtype=torch.float32, device=self.model.device))
         return (q[:, 1] > q[:, 0]).float().cpu().numpy().astype(float)
+
+
+class DQNLender(DeepLender):
+    """DQN (SB3) trained on the scenario's gym adapter; seed 002 Table 7 defaults."""
+
+    name: ClassVar[str] = "dqn"
+    Params = DQNParams
+    learner_cls = DQNLearner

@@ -22,7 +22,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from policies.deep.ppo import FairPPOLender, PPOParams
+from policies.deep.common import DeepLender
+from policies.deep.learner import RolloutContext
+from policies.deep.ppo import PPOLearner, PPOParams
 
 
 class ELBERTParams(PPOParams):
@@ -81,7 +83,14 @@ def gae(rewards: np.ndarray, values: np.ndarray, last_value: np.ndarray, dones: 
 
 
 class BenefitCritic:
-    """The auxiliary critic of the 2G benefit streams and ELBERT's advantage rewrite."""
+    """The auxiliary critic of the 2G benefit streams and ELBERT's advantage rewrite: ELBERT-PO's
+    advantage adjuster."""
+
+    @classmethod
+    def for_env(cls, env, p: ELBERTParams, seed: int) -> "BenefitCritic":
+        """Built after the learner's networks: its torch layers draw from the generator SB3 seeded."""
+        horizon = p.benefit_horizon or int(round(env.scenario.episodes.horizon * env.sim_episodes))
+        return cls(env.observation_space.shape[0], env.n_groups, p, horizon, seed)
 
     def __init__(self, obs_dim: int, n_groups: int, p: ELBERTParams, horizon: int, seed: int):
         gen = torch.Generator().manual_seed(seed)
@@ -111,31 +120,28 @@ class BenefitCritic:
                 loss.backward()
                 self.opt.step()
 
-    def __call__(self, adv: np.ndarray, rec: dict[str, np.ndarray], model) -> np.ndarray:
+    def __call__(self, adv: np.ndarray, rec: dict[str, np.ndarray], ctx: RolloutContext) -> np.ndarray:
         G, n = self.G, len(adv)
         onehot = np.eye(G)[rec["group"]]
         good = rec["outcome"].astype(float)[:, None]
         streams = np.hstack([onehot * good * rec["action"][:, None], onehot * good])  # U_g then B_g
         values = self.values(rec["obs"])
-        last = self.values(np.asarray(model._last_obs, dtype=np.float32))[0]
-        aux_adv = gae(streams, values, last, rec["done"], model.gamma, model.gae_lambda)
+        last = self.values(np.asarray(ctx.last_obs, dtype=np.float32))[0]
+        aux_adv = gae(streams, values, last, rec["done"], ctx.gamma, ctx.gae_lambda)
         self.fit(rec["obs"], aux_adv + values)
         totals = streams.sum(axis=0) * (self.horizon / n)
         U, B = totals[:G], totals[G:]
         self.last_bias = bias_and_gradient(U / np.maximum(B, 1e-8), self.p.beta_smooth)[0]
         return fair_advantage(adv, aux_adv[:, :G], aux_adv[:, G:], U, B, self.p.alpha, self.p.beta_smooth)
 
+    def state(self) -> dict[str, Any]:
+        return {"benefit_bias": self.last_bias}
 
-class ELBERTLender(FairPPOLender):
+
+class ELBERTLender(DeepLender):
     """ELBERT-PO: PPO with the benefit-rate (recall) bias penalty in the advantage."""
 
     name: ClassVar[str] = "elbert_po"
     Params = ELBERTParams
-
-    def make_adjuster(self, env):
-        horizon = self.params.benefit_horizon or int(round(env.scenario.episodes.horizon * env.sim_episodes))
-        return BenefitCritic(env.observation_space.shape[0], env.n_groups, self.params, horizon, self.train_seed)
-
-    def extra_state(self) -> dict[str, Any]:
-        adj = getattr(self, "adjuster", None)
-        return {"benefit_bias": adj.last_bias} if adj is not None else {}
+    learner_cls = PPOLearner
+    adjuster_cls = BenefitCritic

@@ -19,7 +19,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from policies.deep.ppo import FairPPOLender, PPOParams
+from policies.deep.common import DeepLender
+from policies.deep.learner import RolloutContext
+from policies.deep.ppo import PPOLearner, PPOParams
 
 
 class LagPPOParams(PPOParams):
@@ -38,7 +40,11 @@ def group_returns(rewards: np.ndarray, groups: np.ndarray, n_groups: int) -> tup
 
 
 class LagrangeMultipliers:
-    """The (n_groups, 2) multipliers and their projected update."""
+    """The (n_groups, 2) multipliers and their projected update: Lag-PPO's advantage adjuster."""
+
+    @classmethod
+    def for_env(cls, env, p: LagPPOParams, seed: int) -> "LagrangeMultipliers":
+        return cls(env.n_groups, p)
 
     def __init__(self, n_groups: int, p: LagPPOParams):
         self.p = p
@@ -59,21 +65,19 @@ class LagrangeMultipliers:
     def coefficients(self) -> np.ndarray:
         return 1.0 - self.nu[:, 0] + self.nu[:, 1]
 
-    def __call__(self, adv: np.ndarray, rec: dict[str, np.ndarray], model) -> np.ndarray:
+    def __call__(self, adv: np.ndarray, rec: dict[str, np.ndarray], ctx: RolloutContext) -> np.ndarray:
         J, seen = group_returns(rec["reward"], rec["group"], self.nu.shape[0])
         self.update(J, seen)
         return adv * self.coefficients()[rec["group"]]
 
+    def state(self) -> dict[str, Any]:
+        return {"nu": self.nu.tolist()}
 
-class LagPPOLender(FairPPOLender):
+
+class LagPPOLender(DeepLender):
     """Lag-PPO: PPO with Lagrange multipliers for demographic parity of group returns."""
 
     name: ClassVar[str] = "lag_ppo"
     Params = LagPPOParams
-
-    def make_adjuster(self, env):
-        return LagrangeMultipliers(env.n_groups, self.params)
-
-    def extra_state(self) -> dict[str, Any]:
-        adj = getattr(self, "adjuster", None)
-        return {"nu": adj.nu.tolist()} if adj is not None else {}
+    learner_cls = PPOLearner
+    adjuster_cls = LagrangeMultipliers

@@ -6,11 +6,13 @@ hidden layer with dimension of 256." Table 6 maps onto SB3's PPO as: batch size 
 ``n_epochs=5``, clip 0.2, entropy 0.01, value 0.5, max grad norm 0.5, "Clip value function loss:
 True" -> ``clip_range_vf`` = the surrogate clip (CleanRL clips the value loss with the same
 coefficient), "Anneal learning rate: True" -> a linear schedule from 5e-5 to 0.
+
+``PPOLearner`` is the learner component (also of Lag-PPO, A-PPO, ELBERT-PO and the Bisimulator's
+PPO variant); ``PPOLender`` is the plain lender.
 """
 
 from __future__ import annotations
 
-import abc
 from typing import Any, ClassVar
 
 import numpy as np
@@ -18,7 +20,8 @@ import torch
 from pydantic import Field
 from stable_baselines3 import PPO
 
-from policies.deep.common import DecisionRecorder, DeepParams, DeepPolicy, linear_schedule, records_arrays
+from policies.deep.common import DeepLender, DeepParams, linear_schedule
+from policies.deep.learner import SB3Learner
 from policies.torch_common import torch_device
 
 
@@ -45,15 +48,14 @@ def ppo_kwargs(p: PPOParams) -> dict[str, Any]:
                 device=torch_device(), verbose=0)
 
 
-class PPOLender(DeepPolicy):
-    """PPO (SB3) trained on the scenario's gym adapter; seed 002 Table 6 defaults."""
+class PPOLearner(SB3Learner):
+    """SB3's PPO with the Table 6 settings; P(approve) is the actor's probability of action 1."""
 
-    name: ClassVar[str] = "ppo"
-    Params = PPOParams
     algorithm: ClassVar[type] = PPO
+    on_policy: ClassVar[bool] = True
 
-    def build_model(self, env):
-        return self.algorithm("MlpPolicy", env, seed=self.train_seed, **ppo_kwargs(self.params))
+    def algorithm_kwargs(self) -> dict[str, Any]:
+        return ppo_kwargs(self.params)
 
     def approve_prob(self, obs: np.ndarray) -> np.ndarray:
         obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.model.device)
@@ -61,41 +63,9 @@ class PPOLender(DeepPolicy):
         return dist.distribution.probs[:, 1].cpu().numpy().astype(float)
 
 
-class AdjustedPPO(DecisionRecorder, PPO):
-    """SB3 PPO whose rollout advantages are rewritten before each update.
+class PPOLender(DeepLender):
+    """PPO (SB3) trained on the scenario's gym adapter; seed 002 Table 6 defaults."""
 
-    ``adjuster(advantages, records, model) -> advantages`` sees the flat advantages of the
-    rollout (GAE, before SB3's per-minibatch normalisation) and the decision records of the
-    same steps (group, action, true outcome, reward, obs, next_obs, done). This is where
-    Lag-PPO, A-PPO and ELBERT-PO differ from PPO; everything else is SB3's update.
-    """
-
-    adjuster = None
-
-    def train(self) -> None:
-        if self.adjuster is not None:
-            buf = self.rollout_buffer
-            shape = buf.advantages.shape
-            recs = records_arrays(self.take_records(shape[0] * shape[1]))
-            adjusted = self.adjuster(buf.advantages.reshape(-1).astype(float), recs, self)
-            buf.advantages = np.asarray(adjusted, dtype=np.float32).reshape(shape)
-        super().train()
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "adjuster", "records"]
-
-
-class FairPPOLender(PPOLender):
-    """Base of the PPO lenders with an advantage adjuster (set up in ``make_adjuster``)."""
-
-    algorithm: ClassVar[type] = AdjustedPPO
-
-    @abc.abstractmethod
-    def make_adjuster(self, env):
-        """The advantage adjuster of this fair PPO variant."""
-
-    def build_model(self, env):
-        model = super().build_model(env)
-        self.adjuster = self.make_adjuster(env)
-        model.adjuster = self.adjuster
-        return model
+    name: ClassVar[str] = "ppo"
+    Params = PPOParams
+    learner_cls = PPOLearner

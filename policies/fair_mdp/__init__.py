@@ -1,15 +1,18 @@
-"""Fair sequential lending decisions on a known MDP (seed 001): the pure-maths core.
+"""Fair sequential lending decisions on a known MDP (seed 001): the planners.
 
-No simulation engine is involved; numpy + scipy only.  Model and definitions: docs/MODEL.md,
-"Fair sequential decisions on a known MDP (seed 001)".  The engine side (the `beta_belief`
-family, registered lenders in `policies.py`, the rollout evaluator in `rollout.py`, the state
-lookup in `lookup.py`) imports this core, never the other way round.
+The model they plan on (the MDP, its state lookup, the exact evaluator) is the families
+layer's ``abm.families.loan_mdp``, which the ``beta_belief`` family is built on; it is
+re-exported here for convenience.  Apart from the registered lenders (`policies.py`) and the
+rollout evaluator (`rollout.py`, short runs of the `beta_belief` world) this package is pure
+maths: numpy + scipy.  Model and definitions: docs/MODEL.md, "Fair sequential decisions on a
+known MDP (seed 001)".
 
-Model (`mdp`)
+Model (`abm.families.loan_mdp.mdp`, re-exported)
     LoanMDPParams(...)                      frozen, validated parameters (seed defaults)
     build_loan_mdp(params) -> LoanMDP       enumerated states, sparse P[a], R, rho, D
     bank_reward(alpha, beta, params)        E[profit] - lambda Var_Beta[E[profit | p]]
-Evaluation (`evaluate`)                     policies are pi[s] = P(accept | s) or pi[s, a]
+Evaluation (`abm.families.loan_mdp.evaluate`, re-exported)
+                                            policies are pi[s] = P(accept | s) or pi[s, a]
     evaluate_policy(mdp, pi) -> PolicyEvaluation(reward, discounted_return, offer_rate,
                                 qualified_offer_rate, occupancy; dp_gap, eo_gap,
                                 constraint_value(constraint))
@@ -27,18 +30,21 @@ Baselines (`baselines`)
     conservative_policy(mdp, constraint, epsilon, per_group=False) -> ConservativeSolution
 Unknown transitions (`etc`)
     explore_then_commit(mdp, constraint, epsilon, n_explore, n_episodes, rng) -> ETCResult
-Figure 1 table: python -m policies.fair_mdp.figure1 [--gamma 0.8]
+Figure 1 table: python -m policies.fair_mdp.figure1 [--gamma 0.8]; from a finished fig1 study:
+    abm report outputs/studies/fig1 (report/seed001_tables.md, abm.reports.seed001)
 """
+from abm.families.loan_mdp.evaluate import (Constraint, LayeredEvaluator, PolicyEvaluation,
+                                           evaluate_policy, occupancy_measure, state_occupancy,
+                                           value_function)
+from abm.families.loan_mdp.mdp import (MAJORITY, MINORITY, Action, LoanMDP, LoanMDPParams,
+                                      bank_reward, build_loan_mdp)
+
 from .baselines import (conservative_policy, optimistic_policy, race_blind_policy,
                         unconstrained_optimum)
 from .cce import (CCEConfig, CCEResult, ExactEvaluator, constrained_cross_entropy,
                   loan_features, sigmoid_policy)
 from .etc import ETCResult, explore_then_commit
-from .evaluate import (Constraint, LayeredEvaluator, PolicyEvaluation, evaluate_policy,
-                       occupancy_measure, state_occupancy, value_function)
 from .lp import LPSolution, solve_fair_lp
-from .mdp import (MAJORITY, MINORITY, Action, LoanMDP, LoanMDPParams, bank_reward,
-                  build_loan_mdp)
 
 __all__ = [
     "Action", "CCEConfig", "CCEResult", "Constraint", "ETCResult", "ExactEvaluator",

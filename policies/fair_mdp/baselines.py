@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
-from .evaluate import Constraint, LayeredEvaluator, value_function
+from abm.families.loan_mdp.evaluate import Constraint, LayeredEvaluator, value_function
+from abm.families.loan_mdp.mdp import MAJORITY, MINORITY, Action, LoanMDP
+
 from .lp import LPSolution, gap_row, solve_occupancy_lp
-from .mdp import MAJORITY, MINORITY, Action, LoanMDP
 from .planning import action_values, greedy_policy, optimal_policy
 
 
@@ -104,9 +105,9 @@ def conservative_policy(mdp: LoanMDP, constraint: Constraint, epsilon: float,
                         per_group: bool = False, grid_size: int = 101) -> ConservativeSolution:
     """Best policy with pi(accept | s) = q for all s (per_group: q_z within a group).
 
-    A shared q gives every sub-population the offer rate q (1 - gamma^H), so the gap is 0 for
-    DP and EO.  With per_group=True the gap is |q_maj - q_min| (1 - gamma^H) and must be
-    <= epsilon.  Search: a grid over [0, 1] (the reward is not concave in q in general),
+    A shared q gives every sub-population the offer rate q (1 - gamma^H) (undiscounted
+    statistic: q H / divisor), so the gap is 0 for DP and EO.  With per_group=True the gap is
+    |q_maj - q_min| times that factor and must be <= epsilon.  Search: a grid over [0, 1] (the reward is not concave in q in general),
     then a bounded local refinement from the best grid point.
     """
     Constraint(constraint)
@@ -115,7 +116,7 @@ def conservative_policy(mdp: LoanMDP, constraint: Constraint, epsilon: float,
     group_reward = _GroupReward(mdp)
     grid = np.linspace(0.0, 1.0, grid_size)
     table = np.array([group_reward(q, q) for q in grid])     # (q, group) rewards
-    live_fraction = 1.0 - mdp.gamma ** int(mdp.depth.max())
+    live_fraction = mdp.params.full_offer_rate()  # the statistic of offering at every decision
     if not per_group:
         best = int(np.argmax(table.sum(axis=1)))
         lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, grid_size - 1)]

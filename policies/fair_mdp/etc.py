@@ -3,11 +3,20 @@
 Explore with the uniform policy pi_0 (state-independent, hence fair) for N0 episodes of
 `horizon` epochs sampled from the true MDP, estimate
     P_hat[a][s, s'] = n(s, a, s') / n(s, a),
-solve the fair LP on P_hat and commit to its policy for the remaining N - N0 episodes.
-Rewards R and the initial distribution D are known.  A pair (s, a) never tried gets the
-uniform distribution over the successors the model structure allows (the state space is
+solve the fair LP on P_hat at the planning tolerance and commit to its policy for the
+remaining N - N0 episodes.  The seed's guarantee compares with pi*, "the optimal policy for
+known P that satisfies pi* in Pi_{DP, epsilon/4}", and shows pi_n in Pi_{DP, epsilon} for every
+n with probability >= 1 - delta: so the planning tolerance is epsilon / 4 by default
+(``plan_epsilon_factor``), the regret reference pi* is the fair LP on the true P at that
+tolerance, and a run *violates* when the committed policy's gap under the true P exceeds
+epsilon.  Rewards R and the initial distribution D are known.  A pair (s, a) never tried gets
+the uniform distribution over the successors the model structure allows (the state space is
 known; only the probabilities are not).  Regret and fairness of every episode are exact
 expectations under the true P.
+
+    python -m policies.fair_mdp.etc [--gamma 0.8] [--presimulation 7 10] [--horizon 8]
+                                    [--n0 1000] [--runs 40] [--factor 0.25 1.0] [--seed 0]
+prints the violation frequency over repeated runs and the regret per committed episode.
 """
 from __future__ import annotations
 
@@ -17,9 +26,26 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .evaluate import Constraint, accept_probability, evaluate_policy, state_occupancy
-from .lp import solve_fair_lp
-from .mdp import Action, LoanMDP
+from abm.families.loan_mdp.evaluate import (Constraint, accept_probability, evaluate_policy,
+                                           state_occupancy)
+from abm.families.loan_mdp.mdp import Action, LoanMDP
+
+from .lp import LPSolution, solve_fair_lp
+
+DEFAULT_PLAN_EPSILON_FACTOR = 0.25
+"""The seed's guarantee: plan (and compare) at epsilon / 4, promise epsilon."""
+VIOLATION_TOLERANCE = 1e-6
+"""A run violates when |gap| > epsilon + this (the LP solver's feasibility tolerance)."""
+
+
+def planning_tolerance(epsilon: float, planning_epsilon: float | None = None,
+                       plan_epsilon_factor: float = DEFAULT_PLAN_EPSILON_FACTOR) -> float:
+    """The tolerance ETC plans at: planning_epsilon if given, else plan_epsilon_factor * epsilon."""
+    if planning_epsilon is not None:
+        return float(planning_epsilon)
+    if not 0.0 < plan_epsilon_factor <= 1.0:
+        raise ValueError(f"plan_epsilon_factor must lie in (0, 1], got {plan_epsilon_factor!r}")
+    return float(plan_epsilon_factor * epsilon)
 
 
 def _successor_keys(matrix: sp.csr_matrix) -> np.ndarray:
@@ -100,10 +126,11 @@ class ETCResult:
     """Outcome of explore-then-commit over N episodes."""
 
     policy: np.ndarray
-    """Committed policy pi_hat (LP on P_hat)."""
+    """Committed policy pi_hat (LP on P_hat at the planning tolerance)."""
     estimated_mdp: LoanMDP
     optimal_reward: float
-    """R^(pi*) of the fair LP optimum on the true P (regret reference)."""
+    """R^(pi*) of the fair LP optimum on the true P at the planning tolerance (the seed's
+    pi* in Pi_{epsilon/4} by default): the regret reference."""
     regret: np.ndarray
     """Per-episode R^(pi*) - R^(pi_n) (exact, true P)."""
     constraint_value: np.ndarray
@@ -112,22 +139,39 @@ class ETCResult:
     """Per-episode max(0, |gap| - epsilon)."""
     transition_error: float
     """Occupancy-weighted total-variation error of P_hat under pi_0."""
+    planning_epsilon: float = float("nan")
+    """The tolerance the LP on P_hat (and the reference pi*) used."""
+
+    @property
+    def violated(self) -> bool:
+        """Whether some episode's policy breaks epsilon under the true P (beyond the LP's
+        feasibility tolerance)."""
+        return bool(np.any(self.violation > VIOLATION_TOLERANCE))
+
+
+def reference_solution(mdp: LoanMDP, constraint: Constraint, tolerance: float) -> LPSolution:
+    """pi*: the fair LP on the true P at the planning tolerance."""
+    return solve_fair_lp(mdp, Constraint(constraint), tolerance)
 
 
 def explore_then_commit(mdp: LoanMDP, constraint: Constraint, epsilon: float,
                         n_explore: int, n_episodes: int, rng: np.random.Generator,
-                        planning_epsilon: float | None = None) -> ETCResult:
-    """Run ETC with N0 = n_explore uniform episodes out of N = n_episodes."""
+                        planning_epsilon: float | None = None,
+                        plan_epsilon_factor: float = DEFAULT_PLAN_EPSILON_FACTOR,
+                        reference: LPSolution | None = None) -> ETCResult:
+    """Run ETC with N0 = n_explore uniform episodes out of N = n_episodes, planning at
+    planning_epsilon (default plan_epsilon_factor * epsilon); ``reference``: pi* if already
+    solved (repeated runs share it)."""
     if not 0 <= n_explore <= n_episodes:
         raise ValueError(f"need 0 <= n_explore <= n_episodes, got {n_explore}, {n_episodes}")
     constraint = Constraint(constraint)
+    tolerance = planning_tolerance(epsilon, planning_epsilon, plan_epsilon_factor)
     uniform = np.full(mdp.n_states, 0.5)
     counts = simulate_transitions(mdp, uniform, n_explore, rng)
     estimate = estimate_transitions(mdp, counts)
     estimated_mdp = dataclasses.replace(mdp, transition=estimate)
-    committed = solve_fair_lp(estimated_mdp, constraint,
-                              epsilon if planning_epsilon is None else planning_epsilon).policy
-    optimal = solve_fair_lp(mdp, constraint, epsilon)
+    committed = solve_fair_lp(estimated_mdp, constraint, tolerance).policy
+    optimal = reference_solution(mdp, constraint, tolerance) if reference is None else reference
     optimal_reward = evaluate_policy(mdp, optimal.policy).reward
     rewards, values = [], []
     for policy in (uniform, committed):
@@ -140,4 +184,116 @@ def explore_then_commit(mdp: LoanMDP, constraint: Constraint, epsilon: float,
     return ETCResult(policy=committed, estimated_mdp=estimated_mdp,
                      optimal_reward=optimal_reward, regret=regret, constraint_value=value,
                      violation=np.maximum(value - epsilon, 0.0),
-                     transition_error=transition_error(mdp, estimate, uniform))
+                     transition_error=transition_error(mdp, estimate, uniform),
+                     planning_epsilon=tolerance)
+
+
+@dataclass(frozen=True)
+class ETCRepeated:
+    """ETC repeated on independent explorations: how often the committed policy breaks epsilon."""
+
+    epsilon: float
+    planning_epsilon: float
+    n_explore: int
+    optimal_reward: float
+    """R^(pi*) at the planning tolerance (true P)."""
+    constraint_value: np.ndarray
+    """|gap| under the true P of each run's committed policy."""
+    regret: np.ndarray
+    """R^(pi*) - R^(pi_hat) of each run (the regret of one committed episode)."""
+    explore_regret: float
+    """R^(pi*) - R^(pi_0): the regret of one exploring episode."""
+
+    @property
+    def violations(self) -> int:
+        return int(np.sum(self.constraint_value > self.epsilon + VIOLATION_TOLERANCE))
+
+    @property
+    def runs(self) -> int:
+        return len(self.constraint_value)
+
+    @property
+    def frequency(self) -> float:
+        return self.violations / self.runs
+
+    def upper_bound(self, confidence: float = 0.95) -> float:
+        """One-sided Clopper-Pearson upper confidence bound of the violation probability."""
+        from scipy.stats import beta
+
+        k, n = self.violations, self.runs
+        return 1.0 if k >= n else float(beta.ppf(confidence, k + 1, n - k))
+
+
+def repeat_explore_then_commit(mdp: LoanMDP, constraint: Constraint, epsilon: float,
+                               n_explore: int, runs: int, rng: np.random.Generator,
+                               planning_epsilon: float | None = None,
+                               plan_epsilon_factor: float = DEFAULT_PLAN_EPSILON_FACTOR
+                               ) -> ETCRepeated:
+    """`runs` independent explorations of N0 episodes each, each committed and evaluated
+    exactly under the true P (pi* solved once)."""
+    if runs < 1:
+        raise ValueError(f"runs must be >= 1, got {runs!r}")
+    constraint = Constraint(constraint)
+    tolerance = planning_tolerance(epsilon, planning_epsilon, plan_epsilon_factor)
+    reference = reference_solution(mdp, constraint, tolerance)
+    values, regrets, explore = [], [], float("nan")
+    for _ in range(runs):
+        result = explore_then_commit(mdp, constraint, epsilon, n_explore, n_explore + 1, rng,
+                                     planning_epsilon=tolerance, reference=reference)
+        values.append(result.constraint_value[-1])
+        regrets.append(result.regret[-1])
+        explore = float(result.regret[0]) if n_explore else explore
+    return ETCRepeated(epsilon=float(epsilon), planning_epsilon=tolerance, n_explore=int(n_explore),
+                       optimal_reward=float(evaluate_policy(mdp, reference.policy).reward),
+                       constraint_value=np.asarray(values), regret=np.asarray(regrets),
+                       explore_regret=explore)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+    import time
+
+    from abm.families.loan_mdp.mdp import LoanMDPParams, build_loan_mdp
+
+    parser = argparse.ArgumentParser(description="explore-then-commit: violation frequency over repeated runs")
+    parser.add_argument("--gamma", type=float, default=0.8)
+    parser.add_argument("--presimulation", type=int, nargs=2, default=(7, 10), metavar=("T_MIN", "T_MAJ"))
+    parser.add_argument("--horizon", type=int, default=8)
+    parser.add_argument("--constraint", choices=("dp", "eo"), default="dp")
+    parser.add_argument("--epsilon", type=float, default=0.1)
+    parser.add_argument("--n0", type=int, nargs="+", default=[1000])
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--factor", type=float, nargs="+", default=[DEFAULT_PLAN_EPSILON_FACTOR, 1.0])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        params = LoanMDPParams(gamma=args.gamma, presimulation_steps=tuple(args.presimulation),
+                               horizon=args.horizon)
+        if args.runs < 1 or min(args.n0) < 0 or not all(0 < f <= 1 for f in args.factor):
+            raise ValueError("need --runs >= 1, --n0 >= 0 and each --factor in (0, 1]")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    mdp = build_loan_mdp(params)
+    unconstrained = evaluate_policy(mdp, solve_fair_lp(mdp, None, 0.0).policy)
+    print(f"gamma={params.gamma} T={params.presimulation_steps} horizon={params.horizon} "
+          f"{mdp.n_states} states; unconstrained |{args.constraint} gap| = "
+          f"{unconstrained.constraint_value(args.constraint):.4f}, epsilon = {args.epsilon}\n")
+    print("| N0 | planning epsilon | runs | violations (> epsilon) | 95% upper bound | mean abs(gap) "
+          "| max abs(gap) | regret / committed episode | regret / exploring episode | R(pi*) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n0 in args.n0:
+        for factor in args.factor:
+            start = time.perf_counter()
+            out = repeat_explore_then_commit(mdp, args.constraint, args.epsilon, n0, args.runs,
+                                             np.random.default_rng(args.seed), plan_epsilon_factor=factor)
+            print(f"| {n0} | {out.planning_epsilon:g} | {out.runs} | {out.violations} ({out.frequency:.3f}) | "
+                  f"{out.upper_bound():.3f} | {out.constraint_value.mean():.4f} | {out.constraint_value.max():.4f} | "
+                  f"{out.regret.mean():.5f} | {out.explore_regret:.5f} | {out.optimal_reward:.6f} |", flush=True)
+            print(f"  ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

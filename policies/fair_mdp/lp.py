@@ -7,6 +7,12 @@
 where rho_g(Lambda) = sum_{s in g} rho[s, a] Lambda[s, a] / D(g) is linear because the MDP is
 separable: the sub-population g (z, or (z, qualified) for EO) never changes, so
 sum_{s in g} D^(pi)_s = D(g) for every policy.  Solved with HiGHS via scipy.optimize.linprog.
+
+With the public code's undiscounted statistic (``params.fairness_average: undiscounted``) the
+gap row weights state s by 1 / ((1 - gamma) gamma^t(s) divisor) (``fairness_weight``), still
+linear; the LP is then solved in the variables y = Lambda / ((1 - gamma) gamma^t) (the
+undiscounted occupancy, a change of variables that keeps the coefficients O(1) however deep
+the horizon) and mapped back.  The discounted LP is solved in Lambda as before.
 """
 from __future__ import annotations
 
@@ -16,8 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from .evaluate import Constraint, subpopulation_masks
-from .mdp import Action, LoanMDP
+from abm.families.loan_mdp.evaluate import Constraint, subpopulation_masks
+from abm.families.loan_mdp.mdp import Action, LoanMDP, fairness_weight
 from .planning import optimal_policy
 
 OCCUPANCY_TOLERANCE = 1e-13
@@ -46,7 +52,12 @@ def flow_constraints(mdp: LoanMDP) -> tuple[sp.csr_matrix, np.ndarray]:
 
 def gap_row(mdp: LoanMDP, constraint: Constraint, states: np.ndarray | None = None,
             per_state_scale: np.ndarray | None = None) -> np.ndarray:
-    """Coefficients c with c . x = rho_maj - rho_min (restricted to `states` if given)."""
+    """Coefficients c with c . x = rho_maj - rho_min (restricted to `states` if given).
+
+    ``per_state_scale`` weights each state's offers; by default the MDP's fairness weight
+    (1 for the discounted statistic)."""
+    if per_state_scale is None and mdp.params.undiscounted:
+        per_state_scale = fairness_weight(mdp)
     row = np.zeros(2 * mdp.n_states)
     for sign, population in zip((-1.0, 1.0), subpopulation_masks(mdp, constraint)):
         mass = mdp.initial_distribution[population].sum()
@@ -75,17 +86,30 @@ def policy_from_occupancy(mdp: LoanMDP, occupancy: np.ndarray,
 
 def solve_occupancy_lp(mdp: LoanMDP, a_ub: np.ndarray | None = None,
                        b_ub: np.ndarray | None = None) -> LPSolution:
-    """Maximise <Lambda, R> over occupancy measures with extra rows a_ub x <= b_ub."""
+    """Maximise <Lambda, R> over occupancy measures with extra rows a_ub x <= b_ub (rows in
+    Lambda; with the undiscounted statistic solved in y = Lambda / ((1 - gamma) gamma^t))."""
     a_eq, b_eq = flow_constraints(mdp)
     cost = -np.concatenate([mdp.reward[:, Action.REJECT], mdp.reward[:, Action.ACCEPT]])
-    result = linprog(cost, A_ub=None if a_ub is None else sp.csr_matrix(a_ub), b_ub=b_ub,
+    a_ub = None if a_ub is None else sp.csr_matrix(a_ub)
+    scale = None
+    if mdp.params.undiscounted:
+        scale = 1.0 / ((1.0 - mdp.gamma) * mdp.gamma ** mdp.depth.astype(float))
+        inverse = sp.diags(np.concatenate([1.0 / scale, 1.0 / scale]))
+        a_eq = (sp.diags(scale) @ a_eq @ inverse).tocsr()
+        b_eq = scale * b_eq
+        cost = cost / np.concatenate([scale, scale])
+        a_ub = None if a_ub is None else (a_ub @ inverse).tocsr()
+    result = linprog(cost, A_ub=a_ub, b_ub=b_ub,
                      A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
     if result.status != 0:
         raise RuntimeError(f"fair LP failed (status {result.status}): {result.message}")
     x = np.clip(result.x, 0.0, None)
     occupancy = np.column_stack([x[:mdp.n_states], x[mdp.n_states:]])
-    return LPSolution(policy=policy_from_occupancy(mdp, occupancy), occupancy=occupancy,
-                      objective=float(-result.fun))
+    # in y, "visited" means reached with probability > tolerance, not discounted mass > tolerance
+    policy = policy_from_occupancy(mdp, occupancy)
+    if scale is not None:
+        occupancy = occupancy / scale[:, None]
+    return LPSolution(policy=policy, occupancy=occupancy, objective=float(-result.fun))
 
 
 def solve_fair_lp(mdp: LoanMDP, constraint: Constraint | None,

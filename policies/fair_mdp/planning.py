@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evaluate import value_function
-from .mdp import Action, LoanMDP
+from abm.families.loan_mdp.evaluate import value_function
+from abm.families.loan_mdp.mdp import Action, LoanMDP
 
 
 def action_values(mdp: LoanMDP, values: np.ndarray) -> np.ndarray:

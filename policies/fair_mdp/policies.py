@@ -2,17 +2,22 @@
 
 Each policy solves on the exact enumerated MDP of the scenario when it is built (the
 context's ``mdp``) and ``decide`` looks the applicant's state up in the solved table
-(``lookup.StateIndex``: integer counts, no float matching). Names and parameters:
+(``abm.families.loan_mdp.lookup.StateIndex``: integer counts, no float matching). Names and
+parameters:
 
 * ``fair_lp`` (constraint dp|eo|none, epsilon): Algorithm 1;
-* ``fair_cce`` (constraint, epsilon, evaluator exact|rollout, iterations, samples, ...):
+* ``fair_cce`` (constraint, epsilon, evaluator exact|rollout, iterations, samples, ...,
+  elite_weighting reward|exponential|equal, policy_class linear|extended|tabular):
   Algorithm 2; ``exact`` scores candidates on the enumerated MDP, ``rollout`` on short runs
   of the ABM engine (``rollout.RolloutEvaluator``);
 * ``optimistic`` / ``conservative`` (constraint, epsilon[, per_group]), ``race_blind``,
   ``unconstrained``: the baselines;
-* ``explore_then_commit`` (constraint, epsilon, explore_episodes): seed section 5 inside the
-  engine: uniform offers for the first episodes while it records the transitions it sees,
-  then the fair LP on the estimated transitions.
+* ``explore_then_commit`` (constraint, epsilon, explore_episodes, plan_epsilon_factor,
+  planning_epsilon, report_regret): seed section 5 inside the engine: uniform offers for the first
+  episodes while it records the transitions it sees, then the fair LP on the estimated
+  transitions at epsilon / 4 (the seed's guarantee); it reports the exact per-episode regret
+  against pi* (the fair LP on the true P at the same tolerance) and whether the committed
+  policy breaks epsilon under the true P.
 """
 from __future__ import annotations
 
@@ -21,24 +26,27 @@ import dataclasses
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from abm.errors import UserError
+from abm.families.loan_mdp.lookup import StateIndex
+from abm.families.loan_mdp.mdp import Action
+from abm.world import LoanMDPContext
 from policies.base import NoParams, Policy
 
 from .baselines import conservative_policy, optimistic_policy, race_blind_policy, unconstrained_optimum
 from .cce import CCEConfig, ExactEvaluator, constrained_cross_entropy, loan_features, sigmoid_policy
-from .etc import estimate_transitions
+from .etc import DEFAULT_PLAN_EPSILON_FACTOR, VIOLATION_TOLERANCE, estimate_transitions, planning_tolerance
 from .lp import solve_fair_lp
-from .lookup import StateIndex
-from .mdp import Action
 
 
 class _TablePolicy(Policy):
     """Base: a table pi[s] = P(accept | s) over the MDP's states, looked up per observation."""
 
+    requires = frozenset({"loan_mdp"})
+
     def __init__(self, params, context, rng):
-        if getattr(context, "family", None) != "beta_belief":
+        if not isinstance(context, LoanMDPContext):
             raise UserError(f"policy {self.name!r} plans on seed 001's loan MDP: use it with family "
                             f"'beta_belief'")
         super().__init__(params, context, rng)
@@ -100,6 +108,20 @@ class CCEParams(ConstraintParams):
     sigma: float = Field(0.05, ge=0, lt=1, description="Margin: candidates must meet (1 - sigma) epsilon.")
     rollout_applicants: int = Field(200, ge=2, le=1_000_000, description="rollout: cohort size of each "
                                                                         "evaluating run (one episode).")
+    elite_weighting: Literal["reward", "exponential", "equal"] = Field(
+        "reward", description="Elite weights in the update: reward (the seed: proportional to R, shifted by a "
+                              "lower bound of R where R can be negative), exponential (the public code: "
+                              "exp((R - R_min) / (0.2 (R_max - R_min)))), equal.")
+    policy_class: Literal["linear", "extended", "tabular"] = Field(
+        "linear", description="sigmoid(theta . phi(s)): linear (4 features), extended (10 features), tabular "
+                              "(one logit per state; exact evaluator only).")
+
+    @model_validator(mode="after")
+    def _class_fits_evaluator(self) -> "CCEParams":
+        if self.policy_class == "tabular" and self.evaluator == "rollout":
+            raise ValueError("policy_class tabular needs evaluator exact (the rollout lender sees observations, "
+                             "not state indices)")
+        return self
 
 
 class FairCCE(_TablePolicy):
@@ -110,23 +132,29 @@ class FairCCE(_TablePolicy):
 
     def solve(self):
         p = self.params
-        features = loan_features(self.mdp)
+        features = loan_features(self.mdp, policy_class=p.policy_class)
         if p.evaluator == "exact":
             evaluate = ExactEvaluator(self.mdp, p.constraint, features)
         else:
             from .rollout import RolloutEvaluator
 
-            evaluate = RolloutEvaluator(self.context.scenario, p.constraint, p.rollout_applicants, self.rng)
+            evaluate = RolloutEvaluator(self.context.scenario, p.constraint, p.rollout_applicants, self.rng,
+                                        policy_class=p.policy_class)
         config = CCEConfig(n_samples=p.samples, elite_fraction=p.elite_fraction, n_iterations=p.iterations,
-                           smoothing=p.smoothing, epsilon=p.epsilon, sigma=p.sigma)
-        self.result = constrained_cross_entropy(evaluate, features.shape[1], config, self.rng)
+                           smoothing=p.smoothing, epsilon=p.epsilon, sigma=p.sigma,
+                           elite_weighting=p.elite_weighting)
+        self.result = constrained_cross_entropy(evaluate, features.shape[1], config, self.rng,
+                                                reward_baseline=evaluate.reward_lower_bound)
         return sigmoid_policy(features, self.result.theta)
 
     def state(self):
         r = self.result
-        return {**super().state(), "theta": r.theta.tolist(), "search_reward": r.reward,
+        theta = r.theta.tolist() if self.params.policy_class != "tabular" else \
+            {"parameters": int(r.theta.size), "min": float(r.theta.min()), "max": float(r.theta.max())}
+        return {**super().state(), "theta": theta, "search_reward": r.reward,
                 "search_constraint_value": r.constraint_value, "feasible": r.feasible,
-                "evaluator": self.params.evaluator}
+                "evaluator": self.params.evaluator, "policy_class": self.params.policy_class,
+                "elite_weighting": self.params.elite_weighting}
 
 
 class ConservativeParams(ConstraintParams):
@@ -181,23 +209,42 @@ class Unconstrained(_TablePolicy):
 class ETCParams(LPParams):
     explore_episodes: int = Field(2, ge=0, le=1_000_000, description="N0: episodes (cohorts) of uniform offers "
                                                                      "before committing.")
+    plan_epsilon_factor: float = Field(DEFAULT_PLAN_EPSILON_FACTOR, gt=0, le=1, description=(
+        "The LP on the estimate plans at plan_epsilon_factor x epsilon (the seed's guarantee: epsilon / 4, "
+        "promising epsilon with probability 1 - delta); pi*, the regret reference, at the same tolerance."))
     planning_epsilon: float | None = Field(None, ge=0, le=1, description="Tolerance of the LP on the estimate "
-                                                                         "(null: epsilon).")
+                                                                         "(null: plan_epsilon_factor x epsilon).")
+    report_regret: bool = Field(True, description="Solve pi* on the true P (one more LP) to report the exact "
+                                                  "per-episode regret and whether the committed policy breaks epsilon.")
 
 
 class ExploreThenCommit(_TablePolicy):
-    """Seed section 5: uniform offers for N0 episodes, then the fair LP on the estimated P."""
+    """Seed section 5: uniform offers for N0 episodes, then the fair LP on the estimated P at epsilon / 4."""
 
     name = "explore_then_commit"
     Params = ETCParams
 
     def solve(self):
+        p = self.params
         self.committed = False
         self.transitions: dict[int, list[np.ndarray]] = {a: [] for a in (Action.REJECT, Action.ACCEPT)}
         self.previous: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
-        if self.params.explore_episodes == 0:
+        self.tolerance = planning_tolerance(p.epsilon, p.planning_epsilon, p.plan_epsilon_factor)
+        self.reference_reward: float | None = None
+        self.episode_regret: list[float] = []
+        self.committed_value: float | None = None
+        self._rewards: dict[str, float] = {}
+        uniform = np.full(self.mdp.n_states, 0.5)
+        if p.report_regret:
+            from abm.families.loan_mdp.evaluate import evaluate_policy
+
+            constraint = None if p.constraint == "none" else p.constraint
+            self.reference_reward = evaluate_policy(self.mdp, solve_fair_lp(self.mdp, constraint,
+                                                                            self.tolerance).policy).reward
+            self._rewards["explore"] = evaluate_policy(self.mdp, uniform).reward
+        if p.explore_episodes == 0:
             return self._commit()
-        return np.full(self.mdp.n_states, 0.5)
+        return uniform
 
     def on_decisions(self, obs, info, probs, approved):
         if self.committed or info is None:
@@ -213,6 +260,9 @@ class ExploreThenCommit(_TablePolicy):
         self.previous = (info.episode, np.asarray(info.agent_id), states, np.asarray(approved, bool))
 
     def on_episode_end(self, stats):
+        if self.reference_reward is not None:  # the episode just ended used pi_0 or pi_hat
+            used = self._rewards["committed" if self.committed else "explore"]
+            self.episode_regret.append(self.reference_reward - used)
         if not self.committed and stats["episode"] + 1 >= self.params.explore_episodes:
             self.table = self._commit()
 
@@ -228,10 +278,26 @@ class ExploreThenCommit(_TablePolicy):
         estimate = dataclasses.replace(self.mdp, transition=estimate_transitions(self.mdp, tuple(counts)))
         p = self.params
         constraint = None if p.constraint == "none" else p.constraint
-        eps = p.epsilon if p.planning_epsilon is None else p.planning_epsilon
         self.committed = True
         self.transitions = {a: [] for a in self.transitions}
-        return np.clip(solve_fair_lp(estimate, constraint, eps).policy, 0.0, 1.0)
+        table = np.clip(solve_fair_lp(estimate, constraint, self.tolerance).policy, 0.0, 1.0)
+        if p.report_regret:
+            from abm.families.loan_mdp.evaluate import evaluate_policy
+
+            evaluation = evaluate_policy(self.mdp, table)  # under the true P
+            self._rewards["committed"] = evaluation.reward
+            self.committed_value = None if constraint is None else evaluation.constraint_value(constraint)
+        return table
 
     def state(self):
-        return {**super().state(), "committed": self.committed, "observed_transitions": getattr(self, "observed", 0)}
+        out = {**super().state(), "committed": self.committed, "observed_transitions": getattr(self, "observed", 0),
+               "planning_epsilon": self.tolerance}
+        if self.reference_reward is not None:
+            p = self.params
+            out.update({"reference_reward": self.reference_reward, "explore_reward": self._rewards["explore"],
+                        "committed_reward": self._rewards.get("committed"), "regret": self.episode_regret,
+                        "cumulative_regret": float(np.sum(self.episode_regret)),
+                        "committed_constraint_value": self.committed_value,
+                        "violates_epsilon": None if self.committed_value is None else
+                        bool(self.committed_value > p.epsilon + VIOLATION_TOLERANCE)})
+        return out

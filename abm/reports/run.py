@@ -1,4 +1,4 @@
-"""Reports: PNG plots and Markdown/CSV tables for a run folder (studies: ``abm.study``)."""
+"""A run folder's report: PNG plots and Markdown/CSV tables; ``to_markdown`` for every report."""
 
 from __future__ import annotations
 
@@ -8,29 +8,7 @@ import numpy as np
 import pandas as pd
 
 from abm.errors import UserError
-
-RUN_PLOTS = (
-    ("mean_wealth", "group mean wealth ($K)", "mean_wealth_{g}"),
-    ("wealth_gap", "wealth gap ($K)", "wealth_gap"),
-    ("cumulative_profit", "cumulative profit ($K)", "cumulative_profit"),
-    ("reach", "reach rate", "reach_{g}"),
-    # score families (credit_score, fico, admissions)
-    ("credit_gap", "credit gap (1-Wasserstein)", "credit_gap"),
-    ("recall", "recall tp/(tp+fn), cumulative", "recall_{g}"),
-    ("recall_gap", "recall gap", "recall_gap"),
-    ("cumulative_loans", "cumulative loans", "cumulative_loans_{g}"),
-    ("social_burden", "social burden (mean cost paid by the admitted)", "social_burden_{g}"),
-    ("cumulative_return", "cumulative return", "cumulative_return"),
-)
-
-
-def render(folder: str | Path) -> Path:
-    folder = Path(folder)
-    if (folder / "study.yaml").is_file() or (folder / "runs").is_dir():
-        from abm import study
-
-        return study.render_report(folder)
-    return render_run(folder)
+from abm.inspect import load_run
 
 
 def _groups(episodes: pd.DataFrame) -> list[str]:
@@ -38,35 +16,36 @@ def _groups(episodes: pd.DataFrame) -> list[str]:
         [c.removeprefix("applications_") for c in episodes.columns if c.startswith("applications_")]
 
 
+def run_figures(run) -> list:
+    """A run's figure specs: one per metric over episodes (groups on one axis), the per-group rates
+    and, with an event log, each group's wealth (or score) distribution over episodes."""
+    from abm.reports import figures
+
+    family = run.summary.get("family")
+    ep = run.episodes
+    style = figures.Style([], [], figures.groups_in(ep.columns))
+    specs: list = [figures.run_metric(ep, m, family, style) for m in figures.metrics_in(ep.columns)]
+    rates = figures.group_rates(ep, family, style)
+    if rates is not None:
+        specs.append(rates)
+    dist = figures.distribution({run.folder.name: [run.folder]}, family, list(style.groups))
+    if dist is not None:
+        dist.panels[0].title = "applicants of this run"
+        specs.append(dist)
+    return specs
+
+
 def render_run(folder: str | Path) -> Path:
-    """Write ``report/`` inside a run folder: one PNG per metric, summary.md and summary.csv."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from abm.inspect import load_run
+    """Write ``report/`` inside a run folder: one PNG per metric (``mean_wealth.png``: every group on one
+    axis), ``group_rates.png``, ``distribution.png``, summary.md and summary.csv."""
+    from abm.reports import figures
 
     run = load_run(folder)
     ep = run.episodes
     out = Path(folder) / "report"
     out.mkdir(exist_ok=True)
-    groups = _groups(ep)
-    for stem, title, pattern in RUN_PLOTS:
-        cols = [pattern.format(g=g) for g in groups] if "{g}" in pattern else [pattern]
-        cols = [c for c in cols if c in ep.columns]
-        if not cols:
-            continue
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for c in cols:
-            ax.plot(ep["episode"], ep[c], label=c.rsplit("_", 1)[-1] if "{g}" in pattern else None)
-        ax.set_xlabel("episode")
-        ax.set_title(title)
-        if "{g}" in pattern:
-            ax.legend(title="group")
-        fig.tight_layout()
-        fig.savefig(out / f"{stem}.png", dpi=110)
-        plt.close(fig)
+    for spec in run_figures(run):
+        figures.save(spec, out)
     table = final_table(ep)
     table.to_csv(out / "summary.csv", index=False)
     (out / "summary.md").write_text(f"# {run.folder.name}\n\n" + to_markdown(table) + "\n")
@@ -96,8 +75,6 @@ def to_markdown(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:
 
 def print_run_summary(folder: Path, console) -> None:
     from rich.table import Table
-
-    from abm.inspect import load_run
 
     run = load_run(folder)
     ep = run.episodes

@@ -15,8 +15,9 @@ replicate r of every configuration shares its seed (common random numbers; the i
 Neither depends on grid order, worker count or completion order, so a study can be extended
 (more seeds, more grid values) and rerun without recomputing what is already finished.
 
-Execution lives in ``abm.study_exec``, aggregation and reports in ``abm.study_report``, the
-speed-up benchmark in ``abm.study_bench``; the names below are the public entry points.
+Execution lives in ``abm.study.execute``, aggregation in ``abm.study.aggregate``, the speed-up
+benchmark in ``abm.study.bench`` (``abm.study`` re-exports the public names); reports on a study
+folder are ``abm.reports``, which reads studies and is never read by them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +35,16 @@ from typing import Any
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
-from abm.config import MAX_SEED, PolicyConfig, Section, format_validation_error, read_yaml, scenario_to_dict, \
-    validate_scenario_dict
+from abm import objectives, registry
+from abm.config import MAX_SEED, PolicyConfig, Section, apply_overrides, format_validation_error, read_yaml, \
+    scenario_to_dict, validate_scenario_dict
 from abm.errors import UserError
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # fields a study sets through its own sections, never through overrides or the grid
 _RESERVED = ("seed", "policy", "objective")
-MAX_RUNS = 100_000
+MAX_RUNS = 100_000  # runs (configurations x seeds) a study may expand to ...
+MAX_CONFIGURATIONS = 10_000  # ... and configurations (each is validated: about 3 ms apiece)
 
 
 def _check_paths(mapping: dict[str, Any], what: str) -> dict[str, Any]:
@@ -91,8 +95,6 @@ def _check_objectives(entries: list[str | None] | None) -> list[str | None] | No
         return None
     if not entries:
         raise ValueError("must list at least one objective (or be left out)")
-    from policies import objectives  # late import keeps config free of policy modules
-
     for i, text in enumerate(entries):
         if text is None:
             continue
@@ -131,8 +133,12 @@ class Block(Section):
         for key, values in value.items():
             if not isinstance(values, list) or not values:
                 raise ValueError(f"grid key {key!r}: expected a non-empty list of values, got {values!r}")
-            if len({_canon(v) for v in values}) != len(values):
-                raise ValueError(f"grid key {key!r}: a value is listed twice in {values!r}")
+            seen: dict[str, Any] = {}
+            for v in values:
+                first = seen.setdefault(_canon(_as_value(v)), v)
+                if first is not v:
+                    same = "listed twice" if _canon(first) == _canon(v) else "the same value"
+                    raise ValueError(f"grid key {key!r}: {first!r} and {v!r} are {same} in {values!r}; list it once")
         return value
 
     @field_validator("policies")
@@ -251,6 +257,17 @@ def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def _as_value(value: Any) -> Any:
+    """What a grid value means to a field: 1.0 is 1 (a whole float as its int), recursively."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_as_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_value(v) for k, v in value.items()}
+    return value
+
+
 def policy_label(entry: dict[str, Any]) -> str:
     """``random(p=0.3)``: a policy name with its parameters, as a configuration column."""
     params = {k: v for k, v in entry.items() if k != "name"}
@@ -317,11 +334,10 @@ def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
     """Every run of a validated study file, each checked as a scenario; duplicates merged."""
     by_id: dict[str, RunSpec] = {}
     replicates = doc.study.replicates
+    _check_size(doc, source)
     for group, overrides, grid, policies, objectives in _blocks(doc):
         keys = list(grid)
-        n = len(replicates) * len(policies or [None]) * len(objectives) * int(np.prod([len(grid[k]) for k in keys]))
-        if len(by_id) + n > MAX_RUNS:
-            raise UserError(f"{source}: the study expands to more than {MAX_RUNS} runs; split it")
+        seen: dict[str, tuple[dict[str, Any], Any, Any]] = {}  # config id -> the block's point that gave it
         for values in itertools.product(*(grid[k] for k in keys)):
             point = dict(zip(keys, values))
             for entry in policies or [None]:
@@ -342,6 +358,11 @@ def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
                     data["seed"] = 0
                     resolved = scenario_to_dict(validate_scenario_dict(data, where))
                     config_id = configuration_id(resolved)
+                    same = _simulation_id(resolved)
+                    if same in seen:
+                        raise UserError(_same_configuration(source, group if doc.groups else None, seen[same],
+                                                            (point, entry, objective)))
+                    seen[same] = (point, entry, objective)
                     columns = {"group": group, "policy": policy_label(resolved["policy"]),
                                "objective": resolved.get("objective") or "none"}
                     columns.update({k: _column_value(v) for k, v in point.items()})
@@ -358,6 +379,48 @@ def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
                         by_id[run_id] = RunSpec(run_id, config_id, r, seed, (group,), dict(columns),
                                                 {**resolved, "seed": seed})
     return list(by_id.values())
+
+
+def _simulation_id(resolved: dict[str, Any]) -> str:
+    """The configuration id with the policy's parameters at their defaults written out: ``{name:
+    random}`` and ``{name: random, p: 0.5}`` have two configuration ids but one simulation."""
+    policy = resolved["policy"]
+    params = {k: v for k, v in policy.items() if k != "name"}
+    full = registry.validate_params(policy["name"], params).model_dump(mode="json")
+    return configuration_id({**resolved, "policy": {"name": policy["name"], **full}})
+
+
+def _check_size(doc: StudyFile, source: str) -> None:
+    """Refuse a study too large to expand, from its grid sizes alone (before building any run)."""
+    configurations = sum(len(policies or [None]) * len(objectives) * math.prod(len(grid[k]) for k in grid)
+                         for _, _, grid, policies, objectives in _blocks(doc))
+    seeds = len(doc.study.replicates)
+    runs = configurations * seeds
+    if configurations > MAX_CONFIGURATIONS or runs > MAX_RUNS:
+        shown = f"{configurations:,}" if configurations < 10**15 else f"{configurations:.3g}"
+        raise UserError(f"{source}: grid: the study expands to {shown} configurations x {seeds:,} seeds; at most "
+                        f"{MAX_CONFIGURATIONS:,} configurations and {MAX_RUNS:,} runs: split it into several studies")
+
+
+def _same_configuration(source: str, group: str | None, first: tuple, second: tuple) -> str:
+    """One line: two entries of one block that resolve to the same scenario (a silent duplicate)."""
+    (p1, e1, o1), (p2, e2, o2) = first, second
+    where = f"{source}: " + (f"groups.{group}." if group else "")
+    keys = [k for k in p1 if _canon(p1[k]) != _canon(p2[k])]
+    if keys == [] and o1 == o2 and e1 is not None:
+        return (f"{where}policies: {policy_label(e1)} and {policy_label(e2)} are one configuration (identical resolved "
+                f"scenarios: a parameter at its default?); list it once")
+    if keys == [] and e1 == e2:
+        return (f"{where}objectives: {o1 or 'null'} and {o2 or 'null'} are one configuration (identical resolved "
+                f"scenarios); list it once")
+    if len(keys) == 1 and e1 == e2 and o1 == o2:
+        k = keys[0]
+        return (f"{where}grid: grid key {k!r}: {p1[k]!r} and {p2[k]!r} give identical resolved scenarios; "
+                f"list it once")
+    label = lambda p, e, o: ", ".join([f"{k}={v!r}" for k, v in p.items()] + ([policy_label(e)] if e else [])
+                                      + ([o] if o else []))
+    return (f"{where}grid: runs ({label(p1, e1, o1)}) and ({label(p2, e2, o2)}) are one configuration (identical "
+            f"resolved scenarios); change or drop one")
 
 
 def _column_value(value: Any) -> Any:
@@ -382,8 +445,6 @@ def _format_errors(source: str, exc: ValidationError) -> str:
 
 def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Study:
     """Read, override (``--set`` applies to the study file's own fields) and validate a study."""
-    from abm.config import apply_overrides
-
     source = Path(path)
     raw = apply_overrides(read_yaml(source), list(overrides))
     return study_from_dict(raw, source)
@@ -402,29 +463,3 @@ def study_from_dict(raw: dict[str, Any], source: Path | str = "study") -> Study:
     document = json.loads(doc.model_dump_json())
     document["base"] = base
     return Study(doc.study.name, doc.study.seed, str(source), document, keys, runs)
-
-
-# ---------------------------------------------------------------------------------------------
-# Public entry points implemented in sibling modules (imported lazily: Dask and matplotlib are
-# heavy, and validating a study needs neither)
-
-
-def run_study(study: Study, out_dir: str | Path, **options: Any):
-    """Run every unfinished run of ``study`` into ``out_dir`` (see ``abm.study_exec.run_study``)."""
-    from abm import study_exec
-
-    return study_exec.run_study(study, out_dir, **options)
-
-
-def render_report(folder: str | Path) -> Path:
-    """Tables and plots for a study folder (see ``abm.study_report.render_report``)."""
-    from abm import study_report
-
-    return study_report.render_report(folder)
-
-
-def study_speedup_benchmark(**options: Any) -> dict[str, Any]:
-    """The same study on 1 and 2 local workers and in a plain loop (see ``abm.study_bench``)."""
-    from abm import study_bench
-
-    return study_bench.study_speedup_benchmark(**options)

@@ -14,6 +14,16 @@ States are keyed by integer counts (z, y, repays, defaults, rejections), so the 
 epoch t is a function of the state and the MDP is a DAG of `horizon` live layers followed by
 one absorbing, reward-free terminal state per (z, y).  The discounted criterion of the seed
 is therefore the finite-horizon sum  sum_{t < horizon} gamma^t R_t.
+
+Conventions (fields of `LoanMDPParams`; the defaults are the seed's definitions, the
+alternatives the authors' public code, wmgithub/fairness):
+  risk_term         "variance": lambda (I + P)^2 Var_Beta(p);  "sd": lambda (I + P) sd_Beta(p)
+  reward_offset     added to R(s, a) for both actions at every decision (public code: +2)
+  fairness_average  "discounted": offer rate (1 - gamma) sum_t gamma^t 1[offer at t] (the seed);
+                    "undiscounted": sum_t 1[offer at t] / fairness_divisor (public code: 51
+                    decisions divided by 50)
+Because the epoch is part of the state, the undiscounted statistic is still linear in the
+discounted occupancy measure: weight w_s = 1 / ((1 - gamma) gamma^t(s) divisor) (`fairness_weight`).
 """
 from __future__ import annotations
 
@@ -25,6 +35,15 @@ import scipy.sparse as sp
 
 MINORITY = 0
 MAJORITY = 1
+
+RISK_TERMS = ("variance", "sd")
+"""variance: lambda (I + P)^2 Var_Beta(p) (docs/MODEL.md); sd: lambda (I + P) sd_Beta(p) (public code)."""
+FAIRNESS_AVERAGES = ("discounted", "undiscounted")
+"""discounted: the seed's (1 - gamma) sum_t gamma^t; undiscounted: offers / divisor (public code)."""
+PUBLIC_CODE_OFFSET = 2.0
+"""The public code adds 2 to every reward: the scale of the seed's Figure-1 rewards (10.43, 10.00)."""
+UNDERFLOW_GUARD = 1e-250
+"""The undiscounted statistic divides by gamma^t: refused where gamma^(horizon - 1) is below this."""
 
 
 class Action(IntEnum):
@@ -51,7 +70,7 @@ class LoanMDPParams:
     principal: float = 1.0
     """P: principal of one loan (lost on default)."""
     risk_weight: float = 0.01
-    """lambda: weight of the variance (risk-aversion) term in the bank's reward."""
+    """lambda: weight of the risk-aversion term in the bank's reward (see risk_term)."""
     reject_penalty: float = 0.1
     """tau: increase of beta after a denied loan (the detrimental effect of denial)."""
     gamma: float = 0.5
@@ -60,6 +79,15 @@ class LoanMDPParams:
     """Number of decision epochs per applicant; the applicant is absorbed afterwards."""
     qualified_threshold: float = 0.82
     """p0: an applicant is qualified when alpha / (alpha + beta) >= p0 at entry."""
+    risk_term: str = "variance"
+    """Risk term of the offer reward: "variance" (lambda (I+P)^2 Var) or "sd" (lambda (I+P) sd)."""
+    reward_offset: float = 0.0
+    """Added to R(s, a) for both actions at every live decision (the public code: +2)."""
+    fairness_average: str = "discounted"
+    """DP/EO statistic: "discounted" (the seed) or "undiscounted" (offers / fairness_divisor)."""
+    fairness_divisor: float | None = None
+    """undiscounted: divisor of the offer count (None: horizon; the public code: 50 with 51
+    decisions).  Must be None with the discounted statistic."""
 
     def __post_init__(self) -> None:
         for name in ("prior_alpha", "prior_beta"):
@@ -81,10 +109,50 @@ class LoanMDPParams:
         if not 0.0 <= self.qualified_threshold <= 1.0:
             raise ValueError(f"qualified_threshold must lie in [0, 1], "
                              f"got {self.qualified_threshold!r}")
+        if self.risk_term not in RISK_TERMS:
+            raise ValueError(f"risk_term must be one of {', '.join(RISK_TERMS)}, got {self.risk_term!r}")
+        if not np.isfinite(self.reward_offset):
+            raise ValueError(f"reward_offset must be finite, got {self.reward_offset!r}")
+        if self.fairness_average not in FAIRNESS_AVERAGES:
+            raise ValueError(f"fairness_average must be one of {', '.join(FAIRNESS_AVERAGES)}, "
+                             f"got {self.fairness_average!r}")
+        if self.fairness_divisor is not None:
+            if self.fairness_average != "undiscounted":
+                raise ValueError("fairness_divisor applies to the undiscounted statistic only "
+                                 "(fairness_average: undiscounted)")
+            if not (np.isfinite(self.fairness_divisor) and self.fairness_divisor > 0):
+                raise ValueError(f"fairness_divisor must be a positive number, "
+                                 f"got {self.fairness_divisor!r}")
+        if self.fairness_average == "undiscounted" and \
+                self.gamma ** (int(self.horizon) - 1) < UNDERFLOW_GUARD:
+            raise ValueError(f"the undiscounted statistic needs gamma^(horizon - 1) >= "
+                             f"{UNDERFLOW_GUARD:g} (gamma {self.gamma}, horizon {self.horizon})")
 
     def group_share(self, z: int) -> float:
         """P(z) for z in {0, 1}."""
         return self.majority_share if z == MAJORITY else 1.0 - self.majority_share
+
+    @property
+    def undiscounted(self) -> bool:
+        return self.fairness_average == "undiscounted"
+
+    @property
+    def divisor(self) -> float:
+        """Divisor of the undiscounted offer count (the horizon unless set)."""
+        return float(self.horizon if self.fairness_divisor is None else self.fairness_divisor)
+
+    def full_offer_rate(self) -> float:
+        """The fairness statistic of a group offered a loan at every decision:
+        1 - gamma^horizon (discounted) or horizon / divisor (undiscounted)."""
+        if self.undiscounted:
+            return int(self.horizon) / self.divisor
+        return 1.0 - self.gamma ** int(self.horizon)
+
+    def paper_scale_shift(self) -> float:
+        """What turns a discounted return of these parameters into the public code's scale
+        (+2 per decision): (2 - reward_offset) sum_{t < horizon} gamma^t."""
+        steps = (1.0 - self.gamma ** int(self.horizon)) / (1.0 - self.gamma)
+        return (PUBLIC_CODE_OFFSET - self.reward_offset) * steps
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,7 +180,7 @@ class LoanMDP:
     """True for the absorbing reward-free state of each (z, y)."""
     counts: np.ndarray | None = field(default=None, repr=False)
     """(repayments, defaults, rejections) per state, pre-simulation included (0 on terminals):
-    the integer key by which the ABM family's observations are looked up (policies.py)."""
+    the integer key by which the ABM family's observations are looked up (lookup.py)."""
 
     @property
     def gamma(self) -> float:
@@ -129,15 +197,39 @@ class LoanMDP:
 
 
 def bank_reward(alpha: np.ndarray, beta: np.ndarray, params: LoanMDPParams) -> np.ndarray:
-    """Reward of offering a loan: E_p[profit] - lambda * Var_p[E[profit | p]], p ~ Beta.
+    """R(s, accept): E_p[profit] - risk term (+ reward_offset), p ~ Beta(alpha, beta).
 
-    profit = I * P if repaid, -P on default, so E[profit | p] = (I + P) p - P.
+    profit = I * P if repaid, -P on default, so E[profit | p] = (I + P) p - P.  Risk term:
+    lambda Var_p[E[profit | p]] = lambda (I + P)^2 Var_Beta(p) (risk_term "variance", default)
+    or lambda sd_p[E[profit | p]] = lambda (I + P) sd_Beta(p) ("sd", the public code).
     """
     total = alpha + beta
     mean = alpha / total
     variance = alpha * beta / (total ** 2 * (total + 1.0))
     scale = params.interest + params.principal
-    return scale * mean - params.principal - params.risk_weight * scale ** 2 * variance
+    if params.risk_term == "sd":
+        risk = params.risk_weight * scale * np.sqrt(variance)
+    else:
+        risk = params.risk_weight * scale ** 2 * variance
+    reward = scale * mean - params.principal - risk
+    return reward + params.reward_offset if params.reward_offset else reward
+
+
+def reject_reward(params: LoanMDPParams) -> float:
+    """R(s, reject): 0 (+ reward_offset)."""
+    return float(params.reward_offset)
+
+
+def fairness_weight(mdp: "LoanMDP") -> np.ndarray:
+    """Per-state weight w_s of the DP/EO statistic on the discounted occupancy measure:
+    rho_g = sum_{s in g} w_s Lambda[s, accept] / D_0(g).  Discounted: w = 1; undiscounted:
+    w_s = 1 / ((1 - gamma) gamma^t(s) divisor), since Lambda[s, a] = (1 - gamma) gamma^t P(s_t = s,
+    a_t = a) when the epoch t(s) is part of the state (terminal states offer nothing: 0)."""
+    params = mdp.params
+    if not params.undiscounted:
+        return np.ones(mdp.n_states)
+    weight = 1.0 / ((1.0 - params.gamma) * params.gamma ** mdp.depth.astype(float) * params.divisor)
+    return np.where(mdp.terminal, 0.0, weight)
 
 
 def presimulated_distribution(prior_alpha: float, prior_beta: float,
@@ -240,6 +332,7 @@ def build_loan_mdp(params: LoanMDPParams | None = None) -> LoanMDP:
 
     reward = np.zeros((n_states, 2))
     reward[:n_live, Action.ACCEPT] = bank_reward(alpha[:n_live], beta[:n_live], params)
+    reward[:n_live, Action.REJECT] = reject_reward(params)
     individual_reward = np.zeros((n_states, 2))
     individual_reward[:n_live, Action.ACCEPT] = 1.0
     initial = np.zeros(n_states)

@@ -1,12 +1,11 @@
-"""Study aggregation and report: ``study.parquet``, ``summary.parquet``, tables and plots.
+"""Study aggregation: ``study.parquet``, ``summary.parquet`` and ``runs.csv`` of a study folder.
 
 ``study.parquet`` holds one row per finished run and episode: the run's episode metrics plus
 its configuration columns (run id, configuration id and label, group(s), policy, objective,
 one column per grid field, replicate, seed). ``summary.parquet`` holds one row per
 configuration and episode: ``<metric>_mean`` and ``<metric>_std`` (sample std, ddof 1) over the
-replicates, and ``count``, the number of finished runs behind them. ``render_report`` writes
-comparison tables (Markdown and CSV, final episode) and one PNG per metric with a mean ± std
-band per configuration.
+replicates, and ``count``, the number of finished runs behind them. ``runs.csv`` lists every
+run with its status. Tables and plots on top of these: ``abm.reports.study``.
 """
 
 from __future__ import annotations
@@ -21,13 +20,10 @@ import pandas as pd
 
 from abm.errors import UserError
 from abm.provenance import differs, recorded_fingerprint
-from abm.runner import is_complete, write_parquet
+from abm.runner import is_complete, run_folder_problem, write_parquet
 
 RUN_COLUMNS = ("run_id", "config_id", "config", "group", "groups", "policy", "objective")
 TAIL_COLUMNS = ("replicate", "seed")
-# metrics shown in the comparison tables and plots, when a family provides them
-KEY_METRICS = ("wealth_gap", "inequality_ratio", "cumulative_profit", "mean_wealth_{g}", "reach_{g}",
-               "social_welfare_{g}", "recall_{g}", "credit_gap")
 
 
 def read_manifest(folder: Path) -> dict:
@@ -69,9 +65,14 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     manifest = read_manifest(folder)
     grid_keys = list(manifest.get("grid_keys", []))
     frames = []
+    corrupt: dict[str, str] = {}  # run id -> what is damaged: left out, reported in runs.csv
     for spec in manifest["runs"]:
         run_dir = folder / "runs" / spec["run_id"]
         if not is_complete(run_dir):
+            continue
+        problem = run_folder_problem(run_dir)
+        if problem is not None:
+            corrupt[spec["run_id"]] = problem
             continue
         episodes = pd.read_parquet(run_dir / "episodes.parquet")
         cols = spec["columns"]
@@ -98,22 +99,30 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         summary = pd.DataFrame(columns=[*keys, "count"])
     _write_atomic(study, folder / "study.parquet")
     _write_atomic(summary, folder / "summary.parquet")
-    _write_status(folder, manifest, grid_keys)
+    _write_status(folder, manifest, grid_keys, corrupt)
     return study, summary
 
 
-def _write_status(folder: Path, manifest: dict, grid_keys: list[str]) -> None:
+def _write_status(folder: Path, manifest: dict, grid_keys: list[str], corrupt: dict[str, str] | None = None) -> None:
     """``runs.csv``: every run of the study with its status (ok / stale: finished by other code /
-    failed / missing), the code fingerprint that computed it and its error."""
+    corrupt: finished, but a file is damaged (left out of the tables; the next ``abm study`` sets
+    it aside and recomputes it) / failed / missing), the code fingerprint that computed it and its
+    error (for a run recomputed after its folder was found corrupted, where the old one is kept)."""
     rows = []
+    corrupt = corrupt or {}
     for spec in manifest["runs"]:
         run_id = spec["run_id"]
         record = folder / "failed" / f"{run_id}.json"
         code = ""
-        if is_complete(folder / "runs" / run_id):
+        if run_id in corrupt:
+            status, error = "corrupt", f"{corrupt[run_id]}; rerun abm study to set it aside and recompute it"
+            code = recorded_fingerprint(folder / "runs" / run_id) or "unknown"
+        elif is_complete(folder / "runs" / run_id):
             status, error = "ok", ""
             recorded = recorded_fingerprint(folder / "runs" / run_id)
             status, code = ("stale" if differs(recorded) else "ok"), recorded or "unknown"
+            if (folder / "runs" / f"{run_id}.corrupt").is_dir():
+                error = f"recomputed; the corrupted earlier folder is kept as runs/{run_id}.corrupt"
         elif record.is_file():
             try:
                 status, error = "failed", json.loads(record.read_text()).get("error", "")
@@ -132,91 +141,10 @@ def _write_status(folder: Path, manifest: dict, grid_keys: list[str]) -> None:
     os.replace(tmp, folder / "runs.csv")
 
 
-def _metric_list(summary: pd.DataFrame) -> list[str]:
-    groups = [c.removeprefix("mean_wealth_").removesuffix("_mean") for c in summary.columns
-              if c.startswith("mean_wealth_") and c.endswith("_mean")]
-    out = []
-    for pattern in KEY_METRICS:
-        names = [pattern.format(g=g) for g in groups] if "{g}" in pattern else [pattern]
-        out += [m for m in names if f"{m}_mean" in summary.columns]
-    return out
-
-
-def _load_summary(folder: Path) -> pd.DataFrame:
+def load_summary(folder: Path) -> pd.DataFrame:
+    """``summary.parquet``, rebuilt first when missing or older than the manifest."""
     path = folder / "summary.parquet"
     manifest = folder / "manifest.json"
     if not path.is_file() or (manifest.is_file() and manifest.stat().st_mtime > path.stat().st_mtime):
         return aggregate(folder)[1]
     return pd.read_parquet(path)
-
-
-def render_report(folder: str | Path) -> Path:
-    """Write ``report/`` in a study folder: comparison.md/.csv and one PNG per metric."""
-    from abm.report import to_markdown
-
-    folder = Path(folder)
-    manifest = read_manifest(folder)
-    summary = _load_summary(folder)
-    if summary.empty:
-        raise UserError(f"{folder}: no finished runs to report (see runs.csv / failed/)")
-    out = folder / "report"
-    out.mkdir(exist_ok=True)
-    metrics = _metric_list(summary)
-    final = summary.loc[summary.groupby("config_id", sort=False)["episode"].idxmax()].reset_index(drop=True)
-    grid_keys = [k for k in manifest.get("grid_keys", []) if k in summary.columns]
-    table_cols = ["config", "groups", "policy", "objective", *grid_keys, "episode", "count"]
-    final[table_cols + [f"{m}_{s}" for m in metrics for s in ("mean", "std")]].to_csv(out / "comparison.csv",
-                                                                                      index=False)
-    lines = [f"# Study {manifest['name']}", "",
-             f"Final episode of each configuration: mean ± std over `count` seeded runs "
-             f"(study seed {manifest['seed']}, {len(manifest['runs'])} runs).", ""]
-    groups = list(dict.fromkeys(g for gs in final["groups"] for g in str(gs).split(",")))
-    for group in groups:
-        rows = final[final["groups"].astype(str).str.split(",").map(lambda gs, g=group: g in gs)]
-        view = pd.DataFrame({"configuration": rows["config"], "runs": rows["count"].astype(int)})
-        for m in metrics:
-            view[m] = [_pm(a, b) for a, b in zip(rows[f"{m}_mean"], rows[f"{m}_std"])]
-        if len(groups) > 1:
-            lines += [f"## Group {group}", ""]
-        lines += [to_markdown(view), ""]
-    status = pd.read_csv(folder / "runs.csv") if (folder / "runs.csv").is_file() else None
-    if status is not None and (status["status"] != "ok").any():
-        bad = status[status["status"] != "ok"]
-        lines += ["## Runs not finished", "", to_markdown(bad[["run_id", "status", "config", "error"]].fillna("")), ""]
-    (out / "comparison.md").write_text("\n".join(lines))
-    from policies.deep.tables import write_seed_tables  # seed 002's table form, when runs carry recalls
-
-    write_seed_tables(folder, out)
-    from abm.report_seed000 import write_seed000_report  # seed 000's Figure 3 / Tables 2-3 form
-
-    write_seed000_report(folder, out)
-    _plots(summary, metrics, out)
-    return out
-
-
-def _pm(mean: float, std: float) -> str:
-    if not np.isfinite(mean):
-        return "NaN"
-    return f"{mean:.4g} ± {std:.2g}" if np.isfinite(std) else f"{mean:.4g}"
-
-
-def _plots(summary: pd.DataFrame, metrics: list[str], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for metric in metrics:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for label, rows in summary.groupby("config", sort=False):
-            rows = rows.sort_values("episode")
-            mean = rows[f"{metric}_mean"].to_numpy(float)
-            std = np.nan_to_num(rows[f"{metric}_std"].to_numpy(float))
-            line, = ax.plot(rows["episode"], mean, label=label, lw=1.4)
-            ax.fill_between(rows["episode"], mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
-        ax.set_xlabel("episode")
-        ax.set_title(f"{metric} (mean ± std over seeds)")
-        ax.legend(fontsize=7, loc="best")
-        fig.tight_layout()
-        fig.savefig(out / f"{metric}.png", dpi=110)
-        plt.close(fig)

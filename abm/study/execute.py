@@ -10,7 +10,11 @@ Safety. Each run is written by the worker that computed it, through ``run_to_fol
 name, rename on success; ``summary.json`` last), so a study killed at any moment — SIGKILL
 included — leaves only complete run folders and ``.tmp-*`` leftovers, which the next start
 removes. A run that raises is recorded in ``failed/<run id>.json`` (error and traceback) and
-the study goes on. A lock file keeps two studies from writing one folder at once.
+the study goes on. A lock file keeps two studies from writing one folder at once. A finished
+run whose files are damaged (``abm.runner.run_folder_problem``: a truncated or overwritten
+parquet file) is set aside as ``runs/<id>.corrupt`` and recomputed; it never blocks the study.
+A study refused before its cluster is up (a bad ``--workers``, an unreachable ``--scheduler``)
+removes the folder (or the study files) it created: nothing is left behind.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from abm.config import validate_scenario_dict
 from abm.errors import UserError
 from abm.provenance import is_stale, set_aside
-from abm.runner import is_complete
-from abm.study import RunSpec, Study
+from abm.runner import is_complete, run_folder_problem, run_to_folder, set_aside_corrupt
+from abm.study.aggregate import aggregate as aggregate_runs
+from abm.study.spec import RunSpec, Study
 
 SCRATCH = ".dask-scratch"
 LOCK = ".lock"
@@ -54,6 +60,7 @@ class StudyOutcome:
     skipped: int = 0  # already finished before this call
     stale: int = 0  # of ``skipped``: computed by other code (abm.provenance), kept
     recomputed_stale: int = 0  # stale runs set aside and queued again (--recompute-stale)
+    corrupt: int = 0  # finished runs with a damaged file: set aside (runs/<id>.corrupt) and queued again
     failed: int = 0  # failed in this call, plus earlier failures not retried
     failed_before: int = 0  # of ``failed``: earlier failures left alone (no --retry-failed)
     wall_s: float = 0.0
@@ -65,8 +72,11 @@ class StudyOutcome:
         stale = (f"; {self.stale} of the skipped were computed by other code (--recompute-stale reruns them)"
                  if self.stale else "")
         again = f"; {self.recomputed_stale} stale runs set aside and recomputed" if self.recomputed_stale else ""
+        corrupt = (f"; {self.corrupt} finished runs had a corrupted file: set aside (runs/<id>.corrupt) and "
+                   f"recomputed" if self.corrupt else "")
         return (f"study {name}: {self.total} runs: {self.succeeded} succeeded, {self.skipped} skipped, "
-                f"{self.failed} failed{before} in {self.wall_s:.1f}s [{self.backend}]{stale}{again} -> {self.folder}")
+                f"{self.failed} failed{before} in {self.wall_s:.1f}s [{self.backend}]{stale}{again}{corrupt} "
+                f"-> {self.folder}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,8 +85,14 @@ class StudyOutcome:
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename is None:  # a failed write() names no file: name it (the CLI's error line shows it)
+            exc.filename = str(path)
+        raise
 
 
 def record_failure(failed_dir: Path, run_id: str, error: str, trace: str) -> None:
@@ -88,9 +104,6 @@ def record_failure(failed_dir: Path, run_id: str, error: str, trace: str) -> Non
 
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Compute one run into ``runs/<run id>`` (on a worker); never raises for a failing run."""
-    from abm.config import validate_scenario_dict
-    from abm.runner import run_to_folder
-
     run_id = task["run_id"]
     runs_dir, failed_dir = Path(task["runs_dir"]), Path(task["failed_dir"])
     started = time.perf_counter()
@@ -266,77 +279,113 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
     started = time.perf_counter()
     folder = Path(out_dir)
     runs_dir, failed_dir = folder / "runs", folder / "failed"
-    try:
-        runs_dir.mkdir(parents=True, exist_ok=True)
-        failed_dir.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"{folder}: cannot create the study folder ({exc.strerror})") from None
-    if workers is not None and workers < 0:
+    if workers is not None and workers < 0:  # refused before anything is written
         raise UserError(f"--workers: must be >= 0 (0 = in this process, no Dask), got {workers}")
     if scheduler and workers is not None:
         raise UserError("--workers sizes the local cluster; with --scheduler the cluster's own workers run the study")
+    # what this call creates; removed again if it fails before the cluster is up (a bad scheduler)
+    created = _first_missing(folder)
+    fresh = [p for p in (runs_dir, failed_dir, folder / "manifest.json", folder / "study.yaml", folder / LOCK)
+             if not p.exists()]
     outcome = StudyOutcome(folder=folder, total=len(study.runs))
-    with _locked(folder):
-        _clean_leftovers(folder)
-        write_manifest(study, folder)
-        todo: list[RunSpec] = []
-        for spec in study.runs:
-            record = failed_dir / f"{spec.run_id}.json"
-            run_dir = runs_dir / spec.run_id
-            complete = is_complete(run_dir)
-            stale = complete and is_stale(run_dir)
-            if stale and recompute_stale:
-                set_aside(run_dir)  # kept beside as <id>.stale-<fingerprint>; the manifest no longer names it
-                outcome.recomputed_stale += 1
-                todo.append(spec)
-            elif complete:
-                record.unlink(missing_ok=True)
-                outcome.skipped += 1
-                outcome.stale += stale
-            elif record.is_file() and not retry_failed:
-                outcome.failed += 1
-                outcome.failed_before += 1
-                outcome.failures[spec.run_id] = _read_error(record)
-            else:
-                todo.append(spec)
-        tasks = [{"run_id": s.run_id, "scenario": s.scenario, "runs_dir": str(runs_dir.resolve()),
-                  "failed_dir": str(failed_dir.resolve())} for s in todo]
-        with contextlib.ExitStack() as stack:
-            if not tasks:
-                outcome.backend, results = "nothing to run", iter(())
-            elif client is not None:
-                outcome.backend, results = "dask client", _on_client(client, tasks)
-            elif scheduler:
-                c = stack.enter_context(remote_client(scheduler))
-                outcome.backend, results = f"dask scheduler {scheduler}", _on_client(c, tasks)
-            elif workers == 0:
-                outcome.backend, results = "in process, no dask", _serial(tasks)
-            else:
-                n = max(1, min(workers or _cores(), len(tasks)))
-                c = stack.enter_context(local_client(n, folder / SCRATCH))
-                outcome.backend, results = f"dask local cluster, {n} worker{'s' * (n > 1)}", _on_client(c, tasks)
-            if hasattr(results, "close"):  # close the generator (cancelling futures) before the client
-                stack.callback(results.close)
-            update = stack.enter_context(_progress(study.name, outcome.total, outcome.skipped + outcome.failed_before,
-                                                   quiet))
-            for result in results:
-                if result.get("output_error"):
-                    raise UserError(f"{result['error']}: study {study.name} stopped after {outcome.succeeded} "
-                                    f"new runs; free space (or fix permissions) and rerun to resume")
-                if result["status"] == "ok":
-                    outcome.succeeded += 1
-                else:
+    backend_up = False
+    try:
+        try:
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            failed_dir.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{folder}: cannot create the study folder ({exc.strerror})") from None
+        with _locked(folder):
+            _clean_leftovers(folder)
+            write_manifest(study, folder)
+            todo: list[RunSpec] = []
+            for spec in study.runs:
+                record = failed_dir / f"{spec.run_id}.json"
+                run_dir = runs_dir / spec.run_id
+                complete = is_complete(run_dir)
+                if complete and run_folder_problem(run_dir) is not None:  # a damaged file: never counts as done
+                    set_aside_corrupt(run_dir)  # kept beside as <id>.corrupt; recomputed below
+                    outcome.corrupt += 1
+                    complete = False
+                stale = complete and is_stale(run_dir)
+                if stale and recompute_stale:
+                    set_aside(run_dir)  # kept beside as <id>.stale-<fingerprint>; the manifest no longer names it
+                    outcome.recomputed_stale += 1
+                    todo.append(spec)
+                elif complete:
+                    record.unlink(missing_ok=True)
+                    outcome.skipped += 1
+                    outcome.stale += stale
+                elif record.is_file() and not retry_failed:
                     outcome.failed += 1
-                    outcome.failures[result["run_id"]] = result["error"]
-                update(result)
-                if on_result is not None:
-                    on_result(result)
-        if aggregate:
-            from abm.study_report import aggregate as aggregate_runs
-
-            aggregate_runs(folder)
+                    outcome.failed_before += 1
+                    outcome.failures[spec.run_id] = _read_error(record)
+                else:
+                    todo.append(spec)
+            tasks = [{"run_id": s.run_id, "scenario": s.scenario, "runs_dir": str(runs_dir.resolve()),
+                      "failed_dir": str(failed_dir.resolve())} for s in todo]
+            with contextlib.ExitStack() as stack:
+                if not tasks:
+                    outcome.backend, results = "nothing to run", iter(())
+                elif client is not None:
+                    outcome.backend, results = "dask client", _on_client(client, tasks)
+                elif scheduler:
+                    c = stack.enter_context(remote_client(scheduler))
+                    outcome.backend, results = f"dask scheduler {scheduler}", _on_client(c, tasks)
+                elif workers == 0:
+                    outcome.backend, results = "in process, no dask", _serial(tasks)
+                else:
+                    n = max(1, min(workers or _cores(), len(tasks)))
+                    c = stack.enter_context(local_client(n, folder / SCRATCH))
+                    outcome.backend, results = f"dask local cluster, {n} worker{'s' * (n > 1)}", _on_client(c, tasks)
+                backend_up = True
+                if hasattr(results, "close"):  # close the generator (cancelling futures) before the client
+                    stack.callback(results.close)
+                update = stack.enter_context(_progress(study.name, outcome.total,
+                                                       outcome.skipped + outcome.failed_before, quiet))
+                for result in results:
+                    if result.get("output_error"):
+                        raise UserError(f"{result['error']}: study {study.name} stopped after {outcome.succeeded} "
+                                        f"new runs; free space (or fix permissions) and rerun to resume")
+                    if result["status"] == "ok":
+                        outcome.succeeded += 1
+                    else:
+                        outcome.failed += 1
+                        outcome.failures[result["run_id"]] = result["error"]
+                    update(result)
+                    if on_result is not None:
+                        on_result(result)
+            if aggregate:
+                aggregate_runs(folder)
+    except BaseException:
+        if not backend_up:  # refused before any run started: leave nothing behind
+            _remove_fresh(created, fresh)
+        raise
     outcome.wall_s = time.perf_counter() - started
     return outcome
+
+
+def _remove_fresh(created: Path | None, fresh: list[Path]) -> None:
+    """Remove the outermost folder this call created, or else the study files it added."""
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+        return
+    for path in fresh:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (None if ``path`` exists)."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
 
 
 def _read_error(record: Path) -> str:

@@ -19,7 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from abm.study import Study, study_from_dict
+from abm.config import validate_scenario_dict
+from abm.runner import execute
+from abm.study.execute import local_client, run_study
+from abm.study.spec import Study, study_from_dict
 
 
 def bench_study(n_runs: int = 16, episodes: int = 20, population: int = 1500) -> Study:
@@ -38,9 +41,6 @@ def bench_study(n_runs: int = 16, episodes: int = 20, population: int = 1500) ->
 
 def _warm_up() -> bool:
     """Import the engine and load the population data in this process (one tiny run)."""
-    from abm.config import validate_scenario_dict
-    from abm.runner import execute
-
     execute(validate_scenario_dict({"family": "eutopia", "population": {"n_male": 50, "n_female": 50},
                                     "episodes": {"count": 1}, "outputs": {"events": False}}))
     return True
@@ -49,8 +49,6 @@ def _warm_up() -> bool:
 def study_speedup_benchmark(n_runs: int = 16, episodes: int = 20, population: int = 1500,
                             workdir: str | Path | None = None) -> dict[str, Any]:
     """Time the same study serially and on 1 and 2 local workers; return the ratios."""
-    from abm.study_exec import local_client, run_study
-
     study = bench_study(n_runs, episodes, population)
     root = Path(tempfile.mkdtemp(prefix="abm-study-bench-", dir=workdir))
     walls: dict[str, float] = {}

@@ -7,6 +7,8 @@ Definitions (seed 001, Preliminaries and Fairness; docs/MODEL.md (seed 001)):
   rho_g^(pi)  = E_{(s,a) ~ Lambda_g}[rho_{s,a}]      for the sub-population g, where by
                 separability Lambda_g = Lambda restricted to g, divided by D_0(g).
   DP gap      = rho_maj - rho_min  (g = z);   EO gap: same with g = (z, qualified).
+With the public code's undiscounted statistic (params.fairness_average "undiscounted") rho_g is
+sum_t P(offer at t | g) / divisor, computed with the per-state weights of `mdp.fairness_weight`.
 A policy is an array pi[s] = P(accept | s) or pi[s, a].
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from .mdp import MAJORITY, MINORITY, Action, LoanMDP
+from .mdp import MAJORITY, MINORITY, Action, LoanMDP, fairness_weight
 
 
 class Constraint(str, Enum):
@@ -96,14 +98,18 @@ def subpopulation_masks(mdp: LoanMDP, constraint: Constraint) -> tuple[np.ndarra
 
 def subpopulation_rates(mdp: LoanMDP, occupancy: np.ndarray,
                         constraint: Constraint) -> tuple[float, float]:
-    """(rho_min, rho_maj): discounted individual reward rate of each compared sub-population."""
+    """(rho_min, rho_maj): individual reward rate of each compared sub-population (discounted,
+    or undiscounted / divisor: the MDP's ``fairness_average``)."""
     rates = []
+    rho = mdp.individual_reward
+    if mdp.params.undiscounted:
+        rho = rho * fairness_weight(mdp)[:, None]
     for mask in subpopulation_masks(mdp, constraint):
         mass = mdp.initial_distribution[mask].sum()
         if mass <= 0.0:
             raise ValueError(f"constraint {Constraint(constraint).value!r} compares an empty "
                              f"sub-population (zero initial mass)")
-        rates.append(float((occupancy[mask] * mdp.individual_reward[mask]).sum() / mass))
+        rates.append(float((occupancy[mask] * rho[mask]).sum() / mass))
     return rates[0], rates[1]
 
 
@@ -116,9 +122,9 @@ class PolicyEvaluation:
     discounted_return: float
     """E[sum_t gamma^t R_t] = reward / (1 - gamma)."""
     offer_rate: tuple[float, float]
-    """DP statistic rho_z per group (minority, majority)."""
+    """DP statistic rho_z per group (minority, majority), in the MDP's fairness_average."""
     qualified_offer_rate: tuple[float, float]
-    """EO statistic rho_(z, qualified) per group (minority, majority)."""
+    """EO statistic rho_(z, qualified) per group (minority, majority), likewise."""
     occupancy: np.ndarray
 
     @property

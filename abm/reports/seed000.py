@@ -1,4 +1,5 @@
-"""Seed 000's result forms from a finished study: Figure 3 and Tables 2-3 (mean ± std over seeds).
+"""Seed 000's result forms from a finished study: Figure 3 and Tables 2-3 (mean ± std over seeds; the
+figure's bands are 95% Student-t intervals of the mean, like every figure of ``abm.reports.figures``).
 
 Figure 3 compares lenders (oracle, one-step predictor, RL, PERL) per episode on the four macro
 metrics; Table 2 gives, for each learning agent and fairness perspective, the best reward function
@@ -9,7 +10,7 @@ contributes its final-episode values. "Best" means the smallest mean over runs o
 seed for seed (UP and SW when the groups have equal sizes, the seed's setting) are a tie, shown
 as ``UP = SW``. Social welfare is the
 mean over groups of the seed's R_g(t) = (mu_g(t) - mu_g(0)) / t (the episode rows'
-``social_welfare_<g>``). ``abm report`` calls ``write_seed000_report`` for every study.
+``social_welfare_<g>``). ``abm report`` writes them (``write``) for every study they ``apply`` to.
 
 A best entry is marked ``*`` when it is better than *every* other candidate of its row by a
 two-sided t-test at p < 0.05 on the per-run badness (|gap|, |ratio - 1|, -profit, -welfare):
@@ -29,6 +30,8 @@ import numpy as np
 import pandas as pd
 
 from abm.errors import UserError
+from abm.objectives import parse
+from abm.reports.run import to_markdown
 
 FAMILY_ABBR = {"utilitarian": "UP", "social_welfare": "SW", "rawlsian": "RMM", "lagrangian": "FL"}
 METRICS = (  # column, header, how to pick the best
@@ -125,8 +128,6 @@ def beats_all(win: pd.Series, others: list[pd.Series], rule: str) -> bool:
 
 def learner_cells(final: pd.DataFrame) -> pd.DataFrame:
     """One row per (agent, perspective, family): mean, std and text of every metric, and n runs."""
-    from policies.objectives import parse
-
     rows = final[final["agent"].isin(LEARNERS) & (final["objective"].astype(str) != "none")]
     records = []
     for (agent, objective), runs in rows.groupby(["agent", "objective"], sort=False):
@@ -173,8 +174,6 @@ def _best(cells: pd.DataFrame, by: list[str], choose: str) -> pd.DataFrame:
 
 def seed_tables(study: pd.DataFrame) -> str:
     """Markdown for Tables 2 and 3 (and every configuration), or '' without learning runs."""
-    from abm.report import to_markdown
-
     cells = learner_cells(final_rows(with_social_welfare(study)))
     if cells.empty:
         return ""
@@ -244,44 +243,69 @@ def paired_differences(study: pd.DataFrame, episodes: list[int] | None = None) -
     return pd.DataFrame(rows, columns=columns)
 
 
-def plot_figure3(study: pd.DataFrame, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def figure3_spec(study: pd.DataFrame):
+    """Figure 3 as a figure spec: the four macro metrics over episodes (2 x 2 panels), one line per
+    lender configuration, mean and 95% Student-t interval over its seeded runs."""
+    from abm.reports import figures as fig
 
     frame = with_social_welfare(study)
+    style = fig.Style.of(frame, fig.groups_in(frame.columns))
     frame = frame[frame["agent"].isin(FIGURE_POLICIES)]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
-    for ax, (col, header, _) in zip(axes.ravel(), METRICS):
+    table = fig.settings_of(frame).set_index("config")
+    per_agent = frame.groupby("agent")["config"].nunique()
+    panels = []
+    for col, header, _ in METRICS:
+        series = []
         for (agent, config), runs in frame.groupby(["agent", "config"], sort=False):
-            stats = runs.groupby("episode")[col].agg(["mean", "std"])
-            x = stats.index.to_numpy() + 1
-            mean, std = stats["mean"].to_numpy(float), np.nan_to_num(stats["std"].to_numpy(float))
-            line, = ax.plot(x, mean, lw=1.3, label=AGENT_NAMES[agent])
-            ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+            stats = runs.groupby("episode")[col].agg(["mean", "std", "count"])
+            mean = stats["mean"].to_numpy(float)
+            half = fig.t_half_width(stats["std"].to_numpy(float), stats["count"].to_numpy(float))
+            n = int(stats["count"].max())
+            name = AGENT_NAMES[agent] + (f": {config}" if per_agent[agent] > 1 else "")
+            policy, setting = table.at[config, "policy"], table.at[config, "setting"]
+            series.append(fig.Series(label=f"{name} (n={n})", x=stats.index.to_numpy(float) + 1, y=mean,
+                                         low=mean - half, high=mean + half, n=n, config=str(config), policy=policy,
+                                         setting=setting, color=style.colour(policy), dash=style.dash(setting)))
+        ylim = None
         if col == "inequality_ratio":  # early ratios of tiny growths are huge: show the bulk
             lo, hi = np.nanpercentile(frame[col].astype(float), [2, 98])
-            ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
-        ax.set_title(header)
-        ax.set_xlabel("episode")
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle("Seed 000 Figure 3 form: mean ± std over seeds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            ylim = (lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+        metric = fig.METRIC_BY_STEM.get(col)
+        ylabel = fig.axis_label(metric, fig.groups_in(frame.columns), "eutopia") if metric else \
+            "mean over groups of (mu_g(t) - mu_g(0)) / t ($K per time unit)"
+        panels.append(fig.FigureSpec(col, header, "episode", ylabel, series, caption=fig.CI_CAPTION,
+                                         ylim=ylim, reference=1.0 if col == "inequality_ratio" else None,
+                                         legend_title="lender"))
+    return fig.Panels("seed000_figure3", "Seed 000 Figure 3 form: mean and 95% CI over seeds", panels, ncols=2,
+                          caption=fig.CI_CAPTION)
 
 
-def write_seed000_report(folder: str | Path, out: str | Path) -> list[Path]:
-    """Write seed 000's forms beside a study report when the study has the runs they need."""
-    from abm.report import to_markdown
+def plot_figure3(study: pd.DataFrame, path: Path) -> Path:
+    from abm.reports import figures as fig
 
+    return fig.save(figure3_spec(study), Path(path).parent, Path(path).stem)
+
+
+def _study(folder: str | Path) -> pd.DataFrame | None:
+    """The study's ``study.parquet`` when it has lender runs with a wealth gap (a Eutopia study)."""
     path = Path(folder) / "study.parquet"
     if not path.is_file():
-        return []
+        return None
     study = pd.read_parquet(path)
     if study.empty or "policy" not in study.columns or "wealth_gap" not in study.columns:
+        return None
+    return study
+
+
+def applies(folder: str | Path) -> bool:
+    """Whether the study has runs seed 000's forms can use (each form then checks its own agents)."""
+    return _study(folder) is not None
+
+
+def write(folder: str | Path, out: str | Path) -> list[Path]:
+    """Write seed 000's forms beside a study report when the study has the runs they need."""
+    study = _study(folder)
+    if study is None:
         return []
     out = Path(out)
     written = []
@@ -303,11 +327,20 @@ def write_seed000_report(folder: str | Path, out: str | Path) -> list[Path]:
     return written
 
 
+def figures(folder: str | Path) -> list:
+    """The paper's figures as specs (``write`` draws Figure 3 itself, as ``seed000_figure3.png``)."""
+    study = _study(folder)
+    if study is None:
+        return []
+    agents = set(study["policy"].astype(str).str.split("(").str[0])
+    return [figure3_spec(study)] if len(agents & set(FIGURE_POLICIES)) >= 2 and agents & set(LEARNERS) else []
+
+
 def main(folder: str | Path) -> list[Path]:
     """Render into ``folder/report`` (for use without the full study report)."""
     out = Path(folder) / "report"
     out.mkdir(exist_ok=True)
-    written = write_seed000_report(folder, out)
+    written = write(folder, out)
     if not written:
         raise UserError(f"{folder}: no seed-000 learning or Figure 3 runs in study.parquet")
     return written

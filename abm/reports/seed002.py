@@ -1,0 +1,158 @@
+"""Seed 002's result tables (Tables 1, 2 and 5) from a finished study: mean ± 95% CI per method.
+
+Each run contributes its final-episode row (seed 002: "evaluated at the end of the training";
+Avg. Return is the run's cumulative return over its whole evaluation horizon). The interval is
+the Student-t 95% interval of the mean over the study's seeded replicates. The table form is
+chosen from the metrics the family reports: lending (credit gap and recalls), admissions
+(social burden and recalls), more than two groups (recall mean, SD and gap). ``abm report`` writes
+them as ``report/seed_tables.md`` for every study whose runs carry a recall gap; ``figures`` gives
+the figure of the same form over the evaluation (mean and 95% Student-t band over the replicates, not
+smoothed; one row of panels per study group): lending, Figure 1 (``seed002_figure1.png``:
+return, recall of each group, credit gap); admissions, Figure 10 (``seed002_figure10.png``:
+return, recall gap, social burden of each group); more than two groups, Figure 11
+(``seed002_figure11.png``: return, recall gap, recall mean and SD over groups).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def mean_ci(values) -> tuple[float, float]:
+    """Mean and the half-width of its Student-t 95% confidence interval."""
+    from scipy import stats  # heavy; only a study report needs it
+
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    if len(x) == 1:
+        return float(x[0]), float("nan")
+    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return float(x.mean()), float(half)
+
+
+def _fmt(mean: float, half: float) -> str:
+    if not np.isfinite(mean):
+        return "n/a"
+    return f"{mean:.2f} ± {half:.2f}" if np.isfinite(half) else f"{mean:.2f}"
+
+
+def table_columns(final: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+    """(header, per-run values) in the seed's column order for this family's metrics."""
+    recalls = sorted(c for c in final.columns if c.startswith("recall_") and c != "recall_gap")
+    ret = final["cumulative_return"] if "cumulative_return" in final else final.get("cumulative_profit")
+    cols: list[tuple[str, pd.Series]] = [("Avg. Return", ret)]
+    if len(recalls) > 2:  # Table 5: many groups
+        r = final[recalls].astype(float)
+        return cols + [("Recall Mean", r.mean(axis=1)), ("Recall SD", r.std(axis=1, ddof=0)),
+                       ("Recall Gap", final["recall_gap"])]
+    burdens = sorted(c for c in final.columns if c.startswith("social_burden_"))
+    if burdens:  # Table 2: admissions
+        cols += [(f"Soc. Bdn. ({c.removeprefix('social_burden_')})", final[c]) for c in burdens]
+    elif "credit_gap" in final:  # Table 1: lending
+        cols.append(("Credit Gap", final["credit_gap"]))
+    cols += [(f"Recall ({c.removeprefix('recall_')})", final[c]) for c in recalls]
+    if "recall_gap" in final:
+        cols.append(("Recall Gap", final["recall_gap"]))
+    return cols
+
+
+def seed_tables(study: pd.DataFrame) -> str:
+    """Markdown: one table per study group, one row per configuration (method)."""
+    if study.empty or "recall_gap" not in study.columns:
+        return ""
+    last = study.groupby("run_id", sort=False)["episode"].transform("max")
+    final = study[study["episode"] == last]
+    lines = ["# Seed 002 tables", "",
+             "Final episode of every run; mean ± 95% CI (Student t) over the seeded replicates.", ""]
+    for group, part in final.groupby("group", sort=False):
+        cols = table_columns(part)
+        header = ["Method", "Runs", *[h for h, _ in cols]]
+        lines += [f"## {group}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for config, rows in part.groupby("config", sort=False):
+            cells = [str(config), str(len(rows))]
+            for _, series in cols:
+                cells.append(_fmt(*mean_ci(series.loc[rows.index].astype(float))))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def figure_columns(part: pd.DataFrame) -> tuple[str, list[tuple[str, str, str]]]:
+    """(the seed's figure number, [(title, column, y label)]) for this family's metrics."""
+    recalls = sorted((c for c in part.columns if c.startswith("recall_") and c != "recall_gap"),
+                     key=lambda c: (len(c), c))
+    ret = ("(a) Average return", "cumulative_return" if "cumulative_return" in part.columns else "cumulative_profit",
+           "cumulative return (reward units)")
+    if len(recalls) > 2:
+        return "11", [ret, ("(b) Recall gap", "recall_gap", "max - min recall over groups"),
+                      ("(c) Recall mean", "recall_mean", "mean recall over groups"),
+                      ("(d) Recall SD", "recall_sd", "standard deviation of recall over groups")]
+    burdens = sorted(c for c in part.columns if c.startswith("social_burden_"))
+    if burdens:
+        return "10", [ret, ("(b) Recall gap", "recall_gap", "max - min recall over groups"),
+                      *[(f"({'cd'[k]}) Social burden, {c.removeprefix('social_burden_')}", c,
+                         "mean manipulation cost of the admitted") for k, c in enumerate(burdens[:2])]]
+    cols = [ret, *[(f"({'bc'[k]}) Recall, {c.removeprefix('recall_')}", c, "recall tp / (tp + fn), cumulative")
+                   for k, c in enumerate(recalls[:2])]]
+    if "credit_gap" in part.columns:
+        cols.append(("(d) Credit gap", "credit_gap", "1-Wasserstein distance between groups' scores"))
+    return "1", cols
+
+
+def figure_spec(study: pd.DataFrame):
+    """The seed's figure over the evaluation for this study: one row of panels per study group."""
+    from abm.reports import figures as fig
+
+    frame = study.copy()
+    recalls = [c for c in frame.columns if c.startswith("recall_") and c != "recall_gap"]
+    if len(recalls) > 2:
+        frame["recall_mean"] = frame[recalls].astype(float).mean(axis=1)
+        frame["recall_sd"] = frame[recalls].astype(float).std(axis=1, ddof=0)
+    style = fig.Style.of(frame)
+    groups = list(dict.fromkeys(frame["group"])) if "group" in frame.columns else [None]
+    number, _ = figure_columns(frame)
+    panels = []
+    for group in groups:
+        part = frame if group is None else frame[frame["group"] == group]
+        _, cols = figure_columns(part)
+        for title, col, ylabel in cols:
+            if col not in part.columns or part[col].isna().all():
+                continue
+            series = fig.over_runs(part, col, style, x="time")
+            name = title if len(groups) == 1 else f"{title} [{group}]"
+            panels.append(fig.FigureSpec(col, name, "time steps", ylabel, series, caption=fig.CI_CAPTION,
+                                             legend_title="method"))
+    ncols = max(1, len(panels) // max(1, len(groups)))
+    return fig.Panels(f"seed002_figure{number}", f"Seed 002 Figure {number} form: mean and 95% CI over seeds "
+                          "(not smoothed)", panels, ncols=min(4, ncols), caption=fig.CI_CAPTION)
+
+
+def _study(folder: str | Path) -> pd.DataFrame | None:
+    path = Path(folder) / "study.parquet"
+    return pd.read_parquet(path) if path.is_file() else None
+
+
+def applies(folder: str | Path) -> bool:
+    """Whether the study's runs carry recall metrics (the score families: lending, admissions)."""
+    study = _study(folder)
+    return study is not None and not study.empty and "recall_gap" in study.columns
+
+
+def write(folder: str | Path, out: str | Path) -> list[Path]:
+    """Write ``seed_tables.md`` beside a study report when the runs carry recall metrics."""
+    study = _study(folder)
+    text = seed_tables(study) if study is not None else ""
+    if not text:
+        return []
+    target = Path(out) / "seed_tables.md"
+    target.write_text(text)
+    return [target]
+
+
+def figures(folder: str | Path) -> list:
+    """The seed's figure as a spec (``abm report`` draws it beside the tables as PNG)."""
+    return [figure_spec(_study(folder))] if applies(folder) else []
