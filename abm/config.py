@@ -12,6 +12,7 @@ import copy
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -26,6 +27,9 @@ from abm.errors import UserError
 
 MAX_SEED = 2**63 - 1
 MAX_APPLICATIONS = 1_000_000  # default episodes.max_applications (abm.engine enforces it)
+
+
+_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def _loose_scalar(annotation: Any, value: Any) -> str | None:
@@ -44,6 +48,8 @@ def _loose_scalar(annotation: Any, value: Any) -> str | None:
             return next((r for r in (_loose_scalar(args[0], v) for v in value) if r), None)
         return None
     shown = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    if annotation is float and isinstance(value, str) and _EXPONENT.match(value):
+        return None  # YAML 1.1 reads 1e6 (no dot) as text; it is a number as written (YAML 1.2)
     if annotation in (int, float) and (isinstance(value, bool) or isinstance(value, str)):
         return f"expected a number, got {shown}"
     if annotation is bool and not isinstance(value, bool):
@@ -156,8 +162,16 @@ class ScenarioBase(Section):
         return value
 
 
+_ADAPTER: list = [None, None]  # (the union it was built for, its TypeAdapter)
+
+
 def _scenario_adapter() -> TypeAdapter:
-    return TypeAdapter(registry.scenario_union())
+    """The TypeAdapter of the scenario union, built once per union (building it was ~75% of a
+    study configuration's validation); a plugin family loaded later makes a new union."""
+    union = registry.scenario_union()
+    if _ADAPTER[0] is not union:
+        _ADAPTER[:] = [union, TypeAdapter(union)]
+    return _ADAPTER[1]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,7 +44,10 @@ _OWNER = re.compile(r"-p(\d+)-([0-9a-f]{8})$")
 
 
 def run_name(scenario) -> str:
-    return f"{scenario.name}-{scenario.policy.name}-seed{scenario.seed}-{config_hash(scenario)}"
+    """``<scenario>-<policy>-seed<S>-<hash>``; a plugin's ``module:Class`` is written ``module.Class``
+    (no colon in a folder name: Windows and macOS refuse or mangle it)."""
+    policy = scenario.policy.name.replace(":", ".")
+    return f"{scenario.name}-{policy}-seed{scenario.seed}-{config_hash(scenario)}"
 
 
 def is_complete(folder: Path) -> bool:
@@ -188,7 +191,7 @@ def run_to_folder(scenario, out_root: str | Path | None = None, *, on_episode=No
     if stale not in ("recompute", "reuse"):
         raise ValueError(f"stale must be 'recompute' or 'reuse', got {stale!r}")
     root = Path(out_root or scenario.outputs.root)
-    created = _first_missing(root)  # removed again if the run fails: a failed run leaves no folder
+    created = first_missing(root)  # removed again if the run fails: a failed run leaves no folder
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -201,7 +204,7 @@ def run_to_folder(scenario, out_root: str | Path | None = None, *, on_episode=No
         raise
 
 
-def _first_missing(path: Path) -> Path | None:
+def first_missing(path: Path) -> Path | None:
     """The outermost folder of ``path`` that does not exist yet (None if ``path`` exists)."""
     missing = None
     for p in (path, *path.parents):

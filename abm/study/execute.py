@@ -39,7 +39,7 @@ import yaml
 from abm.config import validate_scenario_dict
 from abm.errors import UserError
 from abm.provenance import is_stale, set_aside
-from abm.runner import is_complete, run_folder_problem, run_to_folder, set_aside_corrupt
+from abm.runner import first_missing, is_complete, run_folder_problem, run_to_folder, set_aside_corrupt
 from abm.study.aggregate import aggregate as aggregate_runs
 from abm.study.spec import RunSpec, Study
 
@@ -284,7 +284,7 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
     if scheduler and workers is not None:
         raise UserError("--workers sizes the local cluster; with --scheduler the cluster's own workers run the study")
     # what this call creates; removed again if it fails before the cluster is up (a bad scheduler)
-    created = _first_missing(folder)
+    created = first_missing(folder)
     fresh = [p for p in (runs_dir, failed_dir, folder / "manifest.json", folder / "study.yaml", folder / LOCK)
              if not p.exists()]
     outcome = StudyOutcome(folder=folder, total=len(study.runs))
@@ -376,16 +376,6 @@ def _remove_fresh(created: Path | None, fresh: list[Path]) -> None:
         else:
             with contextlib.suppress(OSError):
                 path.unlink()
-
-
-def _first_missing(path: Path) -> Path | None:
-    """The outermost folder of ``path`` that does not exist yet (None if ``path`` exists)."""
-    missing = None
-    for p in (path, *path.parents):
-        if p.exists():
-            break
-        missing = p
-    return missing
 
 
 def _read_error(record: Path) -> str:

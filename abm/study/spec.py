@@ -133,12 +133,13 @@ class Block(Section):
         for key, values in value.items():
             if not isinstance(values, list) or not values:
                 raise ValueError(f"grid key {key!r}: expected a non-empty list of values, got {values!r}")
-            seen: dict[str, Any] = {}
+            seen: dict[str, Any] = {}  # what each value means (1 and 1.0 alike) -> the value as written
             for v in values:
-                first = seen.setdefault(_canon(_as_value(v)), v)
-                if first is not v:
-                    same = "listed twice" if _canon(first) == _canon(v) else "the same value"
-                    raise ValueError(f"grid key {key!r}: {first!r} and {v!r} are {same} in {values!r}; list it once")
+                meaning = _canon(_as_value(v))
+                if meaning in seen:
+                    same = "listed twice" if _canon(seen[meaning]) == _canon(v) else "the same value"
+                    raise ValueError(f"grid key {key!r}: {seen[meaning]!r} and {v!r} are {same}; list it once")
+                seen[meaning] = v
         return value
 
     @field_validator("policies")
@@ -369,7 +370,8 @@ def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
                     for r in replicates:
                         seed = derive_seed(doc.study.seed, None if doc.study.common_seeds else config_id, r)
                         tag = "cr" if doc.study.common_seeds else "r"  # a different seed is a different run
-                        run_id = f"{resolved['policy']['name']}-{config_id[:12]}-{tag}{r}"
+                        policy = resolved["policy"]["name"].replace(":", ".")  # no colon in folder names
+                        run_id = f"{policy}-{config_id[:12]}-{tag}{r}"
                         if run_id in by_id:
                             old = by_id[run_id]
                             if group not in old.groups:
@@ -407,6 +409,8 @@ def _same_configuration(source: str, group: str | None, first: tuple, second: tu
     (p1, e1, o1), (p2, e2, o2) = first, second
     where = f"{source}: " + (f"groups.{group}." if group else "")
     keys = [k for k in p1 if _canon(p1[k]) != _canon(p2[k])]
+    if keys == [] and o1 == o2 and e1 == e2:  # not reached: the grid check refuses a value listed twice
+        return f"{where}grid: the same grid point is listed twice; list it once"
     if keys == [] and o1 == o2 and e1 is not None:
         return (f"{where}policies: {policy_label(e1)} and {policy_label(e2)} are one configuration (identical resolved "
                 f"scenarios: a parameter at its default?); list it once")
@@ -434,6 +438,10 @@ def _format_errors(source: str, exc: ValidationError) -> str:
     """One line per problem; our own validators already quote the bad value."""
     lines = []
     for err in exc.errors(include_url=False):
+        if err.get("type") == "loose_scalar":  # abm.config's strict scalars: a custom type pydantic cannot rebuild
+            path = ".".join([*(str(x) for x in err.get("loc", ())), err["ctx"]["key"]])
+            lines.append(f"{source}: {path}: {err['ctx']['reason']}")
+            continue
         if err.get("type") != "value_error":
             single = ValidationError.from_exception_data(exc.title, [err])
             lines.append(format_validation_error(source, single))
