@@ -72,7 +72,8 @@ class Run:
     episodes: pd.DataFrame
     agents: pd.DataFrame
 
-    def events(self, agent_id: int | None = None, group: str | None = None) -> pd.DataFrame:
+    def events(self, agent_id: int | None = None, group: str | None = None,
+               agent_ids: list[int] | None = None) -> pd.DataFrame:
         """Events, filtered while reading (the whole log is never loaded for one applicant)."""
         path = self.folder / "events.parquet"
         if not path.exists():
@@ -92,6 +93,8 @@ class Run:
             filters.append(("agent_id", "=", int(agent_id)))
         if group is not None:
             filters.append(("group", "=", str(group)))
+        if agent_ids is not None:  # e.g. an applicant's neighbours (runs with a network)
+            filters.append(("agent_id", "in", sorted({int(i) for i in agent_ids}) or [-1]))
         return _read(path, filters=filters or None)
 
 
@@ -161,7 +164,21 @@ def _check_agents(path: Path, agents: pd.DataFrame) -> None:
         raise UserError(f"{path}: agent_id must be 0..{len(ids) - 1} in row order")
 
 
-def agent_timeline(run: Run, agent_id: int, limit: int = 200):
+def neighbour_approvals(run: Run, agent_id: int) -> pd.DataFrame | None:
+    """The approvals of an applicant's neighbours (runs with a network: agents.parquet's
+    ``neighbors``), as event rows; None when the run has no network."""
+    if "neighbors" not in run.agents.columns:
+        return None
+    ids = np.asarray(run.agents["neighbors"].iloc[agent_id], dtype=np.int64)
+    if len(ids) == 0:
+        return pd.DataFrame(columns=[*EVENT_COLUMNS])
+    ev = run.events(agent_ids=ids.tolist())
+    return ev[ev["kind"].astype(str) == "approve"]
+
+
+def agent_timeline(run: Run, agent_id: int, limit: int = 200, neighbours: bool = True):
+    """An applicant's events; with a network, its neighbours' approvals interleaved ("neighbour
+    j approved": what excites its applications and informs its perceived approval)."""
     from rich.table import Table
 
     if limit < 0:
@@ -172,6 +189,15 @@ def agent_timeline(run: Run, agent_id: int, limit: int = 200):
     ev = run.events(agent_id=agent_id)
     title = (f"applicant {agent_id} (group {row['group']}): initial wealth {_money(row.get('initial_wealth'))}, "
              f"final {_money(row.get('final_wealth'))}, {len(ev)} events")
+    nb = neighbour_approvals(run, agent_id) if neighbours else None
+    if nb is not None:
+        title += (f"; degree {row.get('degree')}, community {row.get('community')}: "
+                  f"{len(nb)} neighbour approvals")
+        ev = ev.assign(kind=ev["kind"].astype(str))
+        if len(nb):
+            nb = nb.assign(kind=[f"neighbour {int(j)} approved" for j in nb["agent_id"]], amount=np.nan,
+                           wealth_after=np.nan)
+            ev = pd.concat([ev, nb], ignore_index=True).sort_values("time", kind="mergesort")
     table = Table(title=title)
     for col in ("time", "episode", "event", "amount", "wealth after", "decision prob"):
         table.add_column(col, justify="right")
@@ -179,7 +205,7 @@ def agent_timeline(run: Run, agent_id: int, limit: int = 200):
         table.add_row(_num(r.get("time")), str(r.get("episode")), str(r.get("kind")), _num(r.get("amount")),
                       _num(r.get("wealth_after")), _num(r.get("decision_prob")))
     if len(ev) > limit:
-        table.caption = f"first {limit} of {len(ev)} events (use --limit)"
+        table.caption = f"first {limit} of {len(ev)} {'rows' if nb is not None else 'events'} (use --limit)"
     return table
 
 

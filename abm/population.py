@@ -17,6 +17,22 @@ def generate_population(scenario) -> pd.DataFrame:
     return mod.population_table(scenario, rng)
 
 
+def generate_network(scenario) -> pd.DataFrame | None:
+    """The scenario's social ties, each once (``source < target``, ``weight``), seeded exactly as a
+    run builds them; None when the scenario has no network (or its family none)."""
+    mod = registry.family_module(scenario.family)
+    table = getattr(mod, "network_table", None)  # a module function, not a world capability
+    return table(scenario) if table is not None else None
+
+
+def edges_path(out) -> "Path":
+    """Where ``abm population --out FILE`` writes the ties: FILE's stem + ``.edges.parquet`` beside it."""
+    from pathlib import Path
+
+    out = Path(out)
+    return out.with_name(f"{out.stem}.edges{out.suffix or '.parquet'}")
+
+
 def summary_table(frame: pd.DataFrame):
     """A rich table: per group size, mean wealth, label rate and mean approval score."""
     from rich.table import Table

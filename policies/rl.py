@@ -63,8 +63,8 @@ class LenderParams(NoParams):
         "credit: discounted - per-episode discount of later rewards (effective horizon 1 / (1 - gamma) episodes)."))
 
 
-#: parameters added after checkpoints were first written: left out of a checkpoint's config at
-#: their defaults, so default runs write the same files as before
+#: parameters added after checkpoints were first written: left out of a checkpoint's config while
+#: all of them hold their defaults, so default runs write the same files as before
 _OMIT_AT_DEFAULT = ("credit", "gamma")
 
 
@@ -275,8 +275,15 @@ class RLLender(Policy):
         return {"policy": self.name, "hidden": self.params.hidden, "obs_fields": list(self.layout.fields),
                 "wealth_mean": self.net.wealth_mean, "wealth_std": self.net.wealth_std,
                 "objective": str(self.objective), "episodes_seen": len(self.rewards), "updates": self.updates,
-                "params": {k: v for k, v in self.params.model_dump().items()
-                           if k not in _OMIT_AT_DEFAULT or v != type(self.params).model_fields[k].default}}
+                "params": self._params_dump()}
+
+    def _params_dump(self) -> dict[str, Any]:
+        dump = self.params.model_dump()
+        fields = type(self.params).model_fields
+        if all(dump[k] == fields[k].default for k in _OMIT_AT_DEFAULT):
+            for k in _OMIT_AT_DEFAULT:
+                del dump[k]
+        return dump
 
     def save(self, path: str | Path) -> Path:
         """Weights + optimiser + baseline with the config JSON (``path``: a .pt file or a folder)."""

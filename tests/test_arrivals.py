@@ -58,7 +58,8 @@ def test_time_rescaling_passes_and_poisson_control_fails(frozen, group):
 
 
 def test_strong_excitation_on_applications():
-    sc, sim, ev = frozen_run("arrivals.excitation=1.6", "arrivals.excite_on=applications", episodes=60)
+    """Near the stability bound (alpha (1 + selection_strength) / beta = 0.975 < 1): KS fit, wrong decay rejected."""
+    sc, sim, ev = frozen_run("arrivals.excitation=1.3", "arrivals.excite_on=applications", episodes=60)
     a = sc.arrivals
     for g, name in enumerate(["M", "F"]):
         t, _ = group_times(ev, name, "apply")

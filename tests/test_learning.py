@@ -226,3 +226,52 @@ def test_cli_save_then_load(cli, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["policy_state"]["loaded_from"] == str((tmp_path / "pre.pt").resolve())
     assert summary["policy"] == "perl"
+
+
+# -- credit: episode vs discounted (issue 18) ---------------------------------------------------
+
+
+def _credit_run(eutopia_small, *extra):
+    sc = eutopia_small("episodes.count=6", "episodes.decision_interval=1.0", "policy.name=perl",
+                       "objective=outcome:social_welfare", "outputs.events=false", *extra)
+    sim = simulation(sc)
+    return sim
+
+
+def test_discounted_credit_with_gamma_zero_is_episode_credit(eutopia_small):
+    a, b = _credit_run(eutopia_small), _credit_run(eutopia_small, "policy.credit=discounted", "policy.gamma=0.0")
+    a.run()
+    b.run()
+    assert a.policy.updates == b.policy.updates >= 3
+    for (name, p), (_, q) in zip(a.policy.net.state_dict().items(), b.policy.net.state_dict().items()):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_discounted_credit_trace_is_the_discounted_sum_of_scores(eutopia_small):
+    """z_E = sum_j gamma^(E - j) s_j over the episodes' scores (head part), so the update
+    sum_e A_e z_e credits episode j's decisions with sum_k gamma^k A_{j+k}."""
+    sim = _credit_run(eutopia_small, "policy.credit=discounted", "policy.gamma=0.5")
+    pol, scores = sim.policy, []
+    original = pol._surrogate
+
+    def spy(obs, approved, app_score):
+        surrogate = original(obs, approved, app_score)
+        (grad,) = torch.autograd.grad(surrogate, pol.net.theta, retain_graph=True)
+        scores.append(grad.clone())
+        return surrogate
+
+    pol._surrogate = spy
+    sim.run()
+    assert len(scores) == 6 and pol.updates >= 3
+    expected = sum(0.5 ** (len(scores) - 1 - j) * s for j, s in enumerate(scores))
+    torch.testing.assert_close(pol.trace[0], expected, rtol=1e-12, atol=1e-12)
+    other = _credit_run(eutopia_small)
+    other.run()
+    assert not np.allclose(pol.net.head(), other.policy.net.head())  # the credit changes the learning
+
+
+def test_credit_parameters_left_out_of_checkpoints_at_their_defaults(eutopia_small):
+    plain = _credit_run(eutopia_small).policy.checkpoint_config()["params"]
+    assert "credit" not in plain and "gamma" not in plain
+    set_ = _credit_run(eutopia_small, "policy.credit=discounted").policy.checkpoint_config()["params"]
+    assert set_["credit"] == "discounted" and set_["gamma"] == 0.9

@@ -21,11 +21,12 @@ import simpy
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from abm.config import ScenarioBase, Section
-from abm.errors import InvariantError
+from abm.errors import InvariantError, UserError
 from abm.eventlog import EventKind
 from abm.families import loanly
 from abm.families.eutopia_arrivals import BlockArrivals
 from abm.families.eutopia_likelihood import ApplicationScore
+from abm.families.network import NetworkConfig, SocialTies, check_scenario as check_network, dump as dump_network
 from abm.hawkes import decay, excite
 from abm.world import PolicyContext
 
@@ -154,6 +155,18 @@ class Scenario(ScenarioBase):
     population: LoanlyPopulation = Field(default_factory=LoanlyPopulation)
     arrivals: HawkesArrivals = Field(default_factory=HawkesArrivals)
     dynamics: EutopiaDynamics = Field(default_factory=EutopiaDynamics)
+    network: NetworkConfig = Field(default_factory=NetworkConfig, description=(
+        "Social ties between applicants (our extension, docs/MODEL.md 'Social ties'); generator none: no ties."))
+
+    @field_validator("network")
+    @classmethod
+    def _network_fits(cls, net: NetworkConfig, info: ValidationInfo) -> NetworkConfig:
+        """The graph against the population and the arrivals: sizes, degrees, ids, stability."""
+        return check_network(net, info.data)
+
+    @model_serializer(mode="wrap")
+    def _dump_without_network(self, handler):
+        return dump_network(self, handler(self))  # no ties: the dump (config hash, scenario.yaml) as before
 
     @field_validator("arrivals")
     @classmethod
@@ -257,6 +270,7 @@ class World:
         self._wake = [False, False]
         self.bank_wakeup: simpy.Event | None = None
         self.app_score = None  # ApplicationScore when the policy learns from the application likelihood (PERL)
+        self.ties = SocialTies(self, sc.network) if sc.network.on else None  # social ties (abm.families.network)
         # batch review + excitation on approvals: arrivals sampled in exact vectorised blocks
         lazy = model.scenario.episodes.review == "batch" and self.arr.excite_on == "approvals"
         self.blocks = BlockArrivals(self) if lazy else None
@@ -270,6 +284,11 @@ class World:
         if theta is not None:
             self._publish(*theta)
         self.procs = [self.env.process(self._arrivals(g)) for g in range(2)]
+        if self.ties is not None:
+            if self.app_score is not None and self.ties.active:
+                raise UserError("network: the application likelihood of this policy (PERL) does not model network "
+                                "excitation or peer information; use another lender (e.g. rl) or a passive network")
+            self.ties.start()
         if self.model.scenario.episodes.review == "immediate":
             self.env.process(self._immediate_bank())
 
@@ -323,6 +342,8 @@ class World:
         per_group = np.bincount(c["group"][ids], minlength=2)
         self.cum["applications"] += per_group
         self.ep["applications"] += per_group
+        if self.ties is not None:
+            self.ties.applications(times, ids)
         self.model.submit_many(times, ids)
 
     def _arrivals(self, g: int):
@@ -347,16 +368,22 @@ class World:
                 i = start + int(rng.integers(stop - start))
                 if rng.random() * self.max_weight < weight[i]:
                     break
-            if self.app_score is not None:
-                self.app_score.applied(i)
-            self.cols["applications"][i] += 1
-            self.cum["applications"][g] += 1
-            self.ep["applications"][g] += 1
-            if self.arr.excite_on == "applications":
-                self._excite(g, 1)
-            self.model.submit(i)
-            if self.bank_wakeup is not None and not self.bank_wakeup.triggered:
-                self.bank_wakeup.succeed()
+            self._application(g, i)
+
+    def _application(self, g: int, i: int) -> None:
+        """Applicant i of group g applies now (the event-by-event paths): count, excite, log, queue."""
+        if self.app_score is not None:
+            self.app_score.applied(i)
+        self.cols["applications"][i] += 1
+        self.cum["applications"][g] += 1
+        self.ep["applications"][g] += 1
+        if self.arr.excite_on == "applications":
+            self._excite(g, 1)
+        if self.ties is not None:
+            self.ties.applications(self.env.now, i)
+        self.model.submit(i)
+        if self.bank_wakeup is not None and not self.bank_wakeup.triggered:
+            self.bank_wakeup.succeed()
 
     def _immediate_bank(self):
         while True:
@@ -373,6 +400,8 @@ class World:
             if proc is not active and proc.is_alive and not self._wake[g]:
                 self._wake[g] = True
                 proc.interrupt()
+        if self.ties is not None:  # every state change also voids the network term's candidates
+            self.ties.interrupt()
 
     # -- observations -----------------------------------------------------------------------
     def observe(self, idx: np.ndarray) -> np.ndarray:
@@ -410,6 +439,8 @@ class World:
         c = self.cols
         groups = c["group"][idx]
         self._decisions.append((c["wealth"][idx], groups, approved.copy()))  # fancy indexing copies
+        if self.ties is not None and self.ties.decided(idx, approved):
+            self._interrupt(range(2))  # peer information moved weights in both groups
         won = idx[approved]
         if len(won) == 0:
             return
@@ -480,9 +511,19 @@ class World:
     def _refresh_scores(self, idx: np.ndarray) -> None:
         c = self.cols
         c["approval_score"][idx] = self.approval.prob(c["wealth"][idx], c["group"][idx])
-        c["weight"][idx] = 1.0 + self.pop.selection_strength * c["approval_score"][idx]
+        if self.ties is not None and self.ties.peer > 0:  # peer information (our extension)
+            c["weight"][idx] = 1.0 + self.pop.selection_strength * self.ties.perceived(idx, c["approval_score"][idx])
+        else:
+            c["weight"][idx] = 1.0 + self.pop.selection_strength * c["approval_score"][idx]
         if self.app_score is not None:
             self.app_score.weights_changed(idx)
+
+    def _reweigh(self, idx: np.ndarray) -> None:
+        """Peer information changed what rows ``idx`` perceive: their weights and the group sums."""
+        c = self.cols
+        old = c["weight"][idx]
+        c["weight"][idx] = 1.0 + self.pop.selection_strength * self.ties.perceived(idx, c["approval_score"][idx])
+        self.weight_sum += np.bincount(c["group"][idx], weights=c["weight"][idx] - old, minlength=2)
 
     def _publish(self, theta_g: float, theta_x: float, bias: float) -> None:
         if self.app_score is not None:
@@ -616,6 +657,7 @@ class World:
             "repayments": c["repayments"],
             "defaults": c["defaults"],
             "final_approval_score": c["approval_score"],
+            **(self.ties.agent_columns() if self.ties is not None and self.ties.active else {}),
         })
 
     def summary(self) -> dict[str, Any]:
@@ -628,6 +670,7 @@ class World:
             "final_mean_wealth": {n: float(m) for n, m in zip(self.group_names, self.mean_wealth())},
             "approval_model": {"theta_g": self.approval.theta_g, "theta_x": self.approval.theta_x,
                                "bias": self.approval.bias},
+            **({"network": self.ties.summary()} if self.ties is not None else {}),
         }
 
 
@@ -644,3 +687,13 @@ def population_table(scenario, rng: np.random.Generator) -> pd.DataFrame:
     """The generated LOANLY population (``abm population``), one row per applicant."""
     frame, _ = loanly.generate(scenario.population, rng)
     return frame
+
+
+def network_table(scenario) -> pd.DataFrame | None:
+    """The scenario's ties, each once (``abm population`` writes them beside the population), or None."""
+    from abm.families.network import build_graph, edges_table
+
+    net = scenario.network
+    if not net.on:
+        return None
+    return edges_table(build_graph(net, (scenario.population.n_male, scenario.population.n_female), scenario.seed))

@@ -14,6 +14,8 @@ each review and before each loan resolution. When the rate changes the world cal
 (exponential waits are memoryless, so this is exact). The scalar one-event-per-application
 path in ``World._arrivals`` remains for ``review: immediate`` and excitation on applications,
 where every application changes what happens next.
+With social ties (``abm.families.network``) the network term is one more source with its own
+slot (``add_source``), drawn in blocks the same way and committed with the groups' arrivals.
 """
 
 from __future__ import annotations
@@ -79,6 +81,13 @@ class BlockArrivals:
             self.pending_i[g].append(who[kept])
         return float(times[-1])
 
+    def add_source(self) -> int:
+        """One more arrival source beside the two groups (the network term of
+        ``abm.families.network``): its slot in ``pending_t``/``pending_i``, committed with theirs."""
+        self.pending_t.append([])
+        self.pending_i.append([])
+        return len(self.pending_t) - 1
+
     def discard(self, g: int) -> None:
         """The rate of group g changes now: its candidates after now are void."""
         self.pending_t[g].clear()
@@ -89,10 +98,11 @@ class BlockArrivals:
         now = self.env.now
         pt = self.pending_t
         # most reviews find nothing due: blocks are appended in time order, so check the head
-        if not ((pt[0] and pt[0][0][0] <= now) or (pt[1] and pt[1][0][0] <= now)):
+        if not ((pt[0] and pt[0][0][0] <= now) or (pt[1] and pt[1][0][0] <= now)
+                or any(p and p[0][0] <= now for p in pt[2:])):
             return
         times, ids = [], []
-        for g in range(2):
+        for g in range(len(pt)):
             if not self.pending_t[g]:
                 continue
             t = np.concatenate(self.pending_t[g]) if len(self.pending_t[g]) > 1 else self.pending_t[g][0]
