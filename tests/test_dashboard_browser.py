@@ -264,3 +264,111 @@ def test_a_foreign_page_cannot_open_the_kernel_channel_but_the_dashboard_still_w
     assert len(browser.find_elements(By.TAG_NAME, "img")) >= 6  # the page rendered over its own channel
     assert browser.execute_async_script(OPEN_WEBSOCKET, channel("127.0.0.1")) == "open"
     assert browser.execute_async_script(OPEN_WEBSOCKET, channel("localhost")) == "closed 1006"  # other origin
+
+
+# -- interactive figures (issue 21) -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory):
+    """2 policies x 2 seeds of a 2 x 200-applicant Eutopia market, 3 episodes each."""
+    from abm.study import run_study, study_from_dict
+
+    doc = {"study": {"name": "figs", "seed": 5, "episodes": 3, "seeds": 2},
+           "base": str(SCENARIOS / "eutopia.yaml"),
+           "overrides": {"population.n_male": 200, "population.n_female": 200, "arrivals.base_intercept": 10.0},
+           "policies": [{"name": "approve_all"}, {"name": "random", "p": 0.5}]}
+    folder = tmp_path_factory.mktemp("figs") / "figs"
+    run_study(study_from_dict(doc, "figs"), folder, workers=0, quiet=True)
+    return folder
+
+
+def _css(driver, selector: str) -> list:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def _chart_texts(driver, css: str) -> list[str]:
+    """The text of a Vega chart's SVG (its title, axis titles, legend)."""
+    return [t.text for t in _css(driver, f"{css} svg text")]
+
+
+def _pick(driver, wait, picker_css: str, option: str) -> None:
+    """Choose ``option`` in the Vuetify select with class ``picker_css``."""
+    wait.until(lambda d: _css(d, f"{picker_css} .v-select__slot") or None)[0].click()
+    wait.until(lambda d: [i for i in _css(d, ".menuable__content__active .v-list-item")
+                          if i.text.strip() == option] or None)[0].click()
+
+
+def test_study_view_switches_metric_shows_hovered_values_and_links_runs(study_dir, browser):
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = _serve(str(study_dir))
+    url = next(server)
+    try:
+        wait = WebDriverWait(browser, 120, poll_frequency=0.3, ignored_exceptions=(StaleElementReferenceException,))
+        browser.get(url)
+        # the interactive chart (rendered by the Vega builds solara-assets ships: no internet needed)
+        wait.until(lambda d: "mean wealth per group" in _chart_texts(d, ".abm-metric"))
+        texts = _chart_texts(browser, ".abm-metric")
+        assert "mean wealth ($K)" in texts and "episode" in texts  # labelled axes, with units
+        assert any("(n=2)" in t for t in texts)  # n in the legend
+        _pick(browser, wait, ".abm-metric-picker", "wealth gap")  # the metric switch changes the chart
+        wait.until(lambda d: "wealth gap" in _chart_texts(d, ".abm-metric"))
+        assert "mean wealth per group" not in _chart_texts(browser, ".abm-metric")
+        assert "mean wealth M - F ($K)" in _chart_texts(browser, ".abm-metric")
+        # hovering a point shows its values under the chart
+        point = wait.until(lambda d: _css(d, ".abm-metric svg .mark-symbol path") or None)[0]
+        ActionChains(browser).move_to_element(point).perform()
+        wait.until(lambda d: "value =" in _css(d, ".abm-metric-hover")[0].text)
+        assert "(n=2)" in _css(browser, ".abm-metric-hover")[0].text
+        # a configuration's run link opens that run in the Runs tab
+        link = wait.until(lambda d: _css(d, "table.abm-study-final .abm-run-link") or None)[1]  # first row, r1
+        assert link.text.strip().lower() == "r1"
+        link.click()
+        wait.until(lambda d: [t for t in _css(d, ".v-tab--active") if t.text.upper() == "RUNS"] or None)
+        first = sorted(p.name for p in (study_dir / "runs").iterdir() if p.name.startswith("approve_all"))
+        wait.until(lambda d: first[1] in " ".join(e.text for e in _css(d, ".abm-run-select")))
+        wait.until(lambda d: f"Run {first[1]}" in " ".join(e.text for e in _css(d, "h3")))
+    finally:
+        server.close()
+
+
+def test_live_view_has_the_scenarios_parameters_and_draws_from_the_first_step(browser):
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = _serve("--live", str(SCENARIOS / "eutopia.yaml"), "--set", "population.n_male=200",
+                    "--set", "population.n_female=200", "--set", "episodes.count=3")
+    url = next(server)
+    try:
+        wait = WebDriverWait(browser, 120, poll_frequency=0.3, ignored_exceptions=(StaleElementReferenceException,))
+        browser.get(url)
+
+        def counter(d) -> str:
+            found = d.find_elements(By.CSS_SELECTOR, ".abm-live-episode")
+            return found[0].text if found else ""
+
+        def button(label: str):
+            return [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip().upper() == label][0]
+
+        wait.until(lambda d: counter(d).startswith("Episode 0 of 3"))
+        assert "arrivals.base_slope = 0.02" in counter(browser)  # the values in use are shown
+        sidebar = browser.find_element(By.CSS_SELECTOR, ".v-navigation-drawer").text
+        for label in ("seed", "policy", "arrivals.base_slope", "arrivals.excitation", "arrivals.decay"):
+            assert label in sidebar  # the scenario's main parameters as controls
+        assert browser.find_elements(By.CSS_SELECTOR, ".abm-live-empty-0")  # no empty axes before a step
+        assert not browser.find_elements(By.CSS_SELECTOR, ".abm-live-plot svg")
+        button("STEP").click()
+        wait.until(lambda d: counter(d).startswith("Episode 1 of 3"))
+        # one episode: the plots draw it (points), with labelled axes
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".abm-live-plot svg .mark-symbol path")) >= 2)
+        assert "mean wealth ($K)" in _chart_texts(browser, ".abm-live-plot-0")
+        # a control: another policy, applied by Reset
+        _pick(browser, wait, ".v-navigation-drawer .v-select", "random")
+        button("RESET").click()
+        wait.until(lambda d: "policy random" in counter(d) and counter(d).startswith("Episode 0 of 3"))
+    finally:
+        server.close()

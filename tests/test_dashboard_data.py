@@ -316,4 +316,5 @@ def test_page_shows_an_error_page_for_a_bad_folder(monkeypatch, tmp_path, run_di
     monkeypatch.setenv(TARGET_ENV, str(run_dir))
     _, rc = solara.render(Page(), handle_error=False)
     assert not rc.find(v.Alert).widgets
-    assert [t.children for t in rc.find(v.Tab).widgets] == [["Group metrics"], ["Applicants"], ["Hawkes intensity"]]
+    assert [t.children for t in rc.find(v.Tab).widgets] == [["Group metrics"], ["Applicants"],
+                                                             ["Rates and distributions"], ["Hawkes intensity"]]

@@ -65,11 +65,18 @@ def open_target(path: str | Path):
 # folder version and figure: a reload or a second viewer of the same folder costs nothing.
 @functools.lru_cache(maxsize=32)
 def _run_specs(folder: str, stamp: tuple) -> dict:
+    """A run's per-metric figures (cheap: from episodes.parquet)."""
     run = _open_cached(folder, stamp)
-    out = {}
-    for spec in run_figures(run):
-        out[spec.name] = spec
-    return out
+    style = specs.Style([], [], specs.groups_in(run.episodes.columns))
+    return {m.stem: specs.run_metric(run.episodes, m, run.summary.get("family"), style)
+            for m in specs.metrics_in(run.episodes.columns)}
+
+
+@functools.lru_cache(maxsize=32)
+def _run_extra(folder: str, stamp: tuple) -> dict:
+    """A run's rates and distribution (the latter reads the event log): its report's other figures."""
+    run = _open_cached(folder, stamp)
+    return {spec.name: spec for spec in run_figures(run) if spec.name not in specs.METRIC_BY_STEM}
 
 
 @functools.lru_cache(maxsize=16)
@@ -109,15 +116,18 @@ def _study_extra(folder: str, stamp: tuple) -> dict:
     return out
 
 
+TABLES = {"run": _run_specs, "run_extra": _run_extra, "study": _study_specs, "extra": _study_extra}
+
+
 @functools.lru_cache(maxsize=256)
 def _spec_png(folder: str, stamp: tuple, kind: str, name: str) -> bytes:
-    table = {"run": _run_specs, "study": _study_specs, "extra": _study_extra}[kind](folder, stamp)
+    table = TABLES[kind](folder, stamp)
     return specs.png(table[name])
 
 
 @functools.lru_cache(maxsize=256)
 def _spec_json(folder: str, stamp: tuple, kind: str, name: str) -> dict:
-    table = {"run": _run_specs, "study": _study_specs, "extra": _study_extra}[kind](folder, stamp)
+    table = TABLES[kind](folder, stamp)
     return figures.vega_spec(table[name])
 
 
@@ -255,7 +265,7 @@ def InteractiveFigure(key: tuple, kind: str, names: list[str], titles: dict[str,
 
     with solara.Row(style={"align-items": "center"}):
         solara.Select(label, values=[titles[n] for n in names], value=titles[shown], on_value=pick,
-                      classes=[f"{css}-picker"])
+                      classes=[f"{css}-picker"], style={"max-width": "420px"})
         solara.Text("hover a point for its values; drag to pan, wheel to zoom, click a legend entry",
                     style={"color": "#666", "font-size": "12px"})
     figures.VegaChart(_spec_json(*key, kind, shown), on_hover=lambda d: hovered.set(figures.describe_point(d)),
@@ -289,14 +299,14 @@ def MetricsView(run):
 @solara.component
 def RatesView(run):
     key = _key(run.folder)
-    table = _run_specs(*key)
+    table = _run_extra(*key)
     names = [n for n in ("group_rates", "distribution") if n in table]
     if not names:
         solara.Info("this run records neither per-group counts nor an event log")
         return
     titles = {"group_rates": "selection / default / true-positive rates and gaps",
               "distribution": "wealth (or score) distribution per group"}
-    InteractiveFigure(key, "run", names, titles, label="figure", css="abm-rates")
+    InteractiveFigure(key, "run_extra", names, titles, label="figure", css="abm-rates")
 
 
 @solara.component
@@ -353,6 +363,9 @@ def ApplicantsView(run):
         solara.Button("next", small=True, disabled=shown_page >= last_page, on_click=lambda: page.set(shown_page + 1))
     if selected.value is not None:
         TimelineView(run, selected.value)
+        from abm.dashboard.network import NetworkPanel  # runs with social ties: the applicant's neighbourhood
+
+        NetworkPanel(run, selected.value)
 
 
 def _timeline(run, agent_id: int):
@@ -485,8 +498,10 @@ def StudyFiguresView(study):
     if fair and money:
         solara.Markdown("#### Frontier: fairness against profit at the final episode")
         with solara.Row():
-            solara.Select("fairness (x)", values=fair, value=x, classes=["abm-frontier-x"])
-            solara.Select("profit or return (y)", values=money, value=y, classes=["abm-frontier-y"])
+            solara.Select("fairness (x)", values=fair, value=x, classes=["abm-frontier-x"],
+                          style={"max-width": "320px"})
+            solara.Select("profit or return (y)", values=money, value=y, classes=["abm-frontier-y"],
+                          style={"max-width": "320px"})
         figures.VegaChart(_frontier_json(*key, x.value, y.value), classes=["abm-frontier"])
     table = {**{k: v for k, v in _study_specs(*key).items() if k == "group_rates"}, **_study_extra(*key)}
     if table:
@@ -502,7 +517,8 @@ def FigureList(key: tuple, kinds: dict[str, str], titles: dict[str, str]):
     shown = choice.value if choice.value in names else names[0]
     by_title = {titles[n]: n for n in names}
     solara.Select("figure", values=[titles[n] for n in names], value=titles[shown],
-                  on_value=lambda t: choice.set(by_title.get(t, names[0])), classes=["abm-figure-picker"])
+                  on_value=lambda t: choice.set(by_title.get(t, names[0])), classes=["abm-figure-picker"],
+                  style={"max-width": "420px"})
     figures.VegaChart(_spec_json(*key, kinds[shown], shown), classes=["abm-study-figure"])
 
 

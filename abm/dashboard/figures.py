@@ -76,25 +76,32 @@ def to_altair(spec: FigureSpec | Panels, width: int = 440, height: int = 260):
     import altair as alt
 
     if isinstance(spec, Panels):
-        charts = [_chart(p, width=max(220, width * 2 // max(2, spec.ncols)), height=height * 4 // 5, legend=k == 0)
+        first = [s.label for s in spec.panels[0].series] if spec.panels else []
+        charts = [_chart(p, width=max(220, width * 2 // max(2, spec.ncols)), height=height * 4 // 5,
+                         legend=k == 0 or [s.label for s in p.series] != first, index=k)
                   for k, p in enumerate(spec.panels)]
         return alt.concat(*charts, columns=max(1, spec.ncols)).properties(
             title=alt.TitleParams(spec.title, subtitle=[spec.caption] if spec.caption else [])).resolve_scale(
+            color="independent", strokeDash="independent", shape="independent").resolve_legend(
             color="independent", strokeDash="independent", shape="independent")
     return _chart(spec, width, height, legend=True, caption=True)
 
 
-def _chart(spec: FigureSpec, width: int, height: int, legend: bool = True, caption: bool = False):
+def _chart(spec: FigureSpec, width: int, height: int, legend: bool = True, caption: bool = False, index: int = 0):
     import altair as alt
 
     data = chart_data(spec)
     colour, dash, shape = _scales(spec)
-    pick = alt.selection_point(fields=["series"], bind="legend")
-    zoom = alt.selection_interval(bind="scales")
-    x = alt.X("x:Q", title=spec.xlabel, scale=alt.Scale(zero=False))
+    pick = alt.selection_point(fields=["series"], bind="legend", name=f"pick{index}")
+    zoom = alt.selection_interval(bind="scales", name=f"zoom{index}")
+    axis = alt.Axis(tickMinStep=1, format="d") if spec.xlabel.startswith("episode") else alt.Axis()
+    x = alt.X("x:Q", title=spec.xlabel, scale=alt.Scale(zero=False), axis=axis)
     y = alt.Y("y:Q", title=spec.ylabel, scale=alt.Scale(zero=False, domain=list(spec.ylim)) if spec.ylim else
               alt.Scale(zero=False))
-    legend_spec = alt.Legend(title=spec.legend_title or None, orient="right", labelLimit=420) if legend else None
+    one = len(spec.series) == 1 and spec.series[0].group is None  # a lone series needs no legend
+    symbols = {} if spec.kind == "scatter" else {"symbolType": "stroke", "symbolStrokeWidth": 2.2}
+    legend_spec = alt.Legend(title=spec.legend_title or None, orient="right", labelLimit=420, symbolOpacity=1.0,
+                             **symbols) if legend and not one else None
     fade = alt.condition(pick, alt.value(1.0), alt.value(0.15))
     band_fade = alt.condition(pick, alt.value(0.18), alt.value(0.03))
     tips = [alt.Tooltip("series:N", title="series"), alt.Tooltip("x:Q", title=spec.xlabel, format=".4g"),
@@ -111,30 +118,31 @@ def _chart(spec: FigureSpec, width: int, height: int, legend: bool = True, capti
         tips += [alt.Tooltip("x_low:Q", title="x CI low", format=".4g"),
                  alt.Tooltip("x_high:Q", title="x CI high", format=".4g"), alt.Tooltip("pareto:N", title="Pareto")]
         layers = [
-            base.mark_rule().encode(x="x_low:Q", x2="x_high:Q", y="y:Q", color=alt.Color("series:N", scale=colour,
-                                                                                         legend=None), opacity=fade),
-            base.mark_rule().encode(x="x:Q", y="low:Q", y2="high:Q", color=alt.Color("series:N", scale=colour,
-                                                                                     legend=None), opacity=fade),
+            base.mark_rule().encode(x=alt.X("x_low:Q", title=spec.xlabel, scale=alt.Scale(zero=False)), x2="x_high:Q",
+                                    y="y:Q", color=colour_enc, opacity=fade),
+            base.mark_rule().encode(x="x:Q", y=alt.Y("low:Q", title=spec.ylabel, scale=alt.Scale(zero=False)),
+                                    y2="high:Q", color=colour_enc, opacity=fade),
             base.transform_filter("datum.pareto").mark_point(size=380, filled=False, color="black").encode(x=x, y=y),
             base.mark_point(size=90, filled=True).encode(x=x, y=y, color=colour_enc,
-                                                         shape=alt.Shape("series:N", scale=shape, legend=None),
+                                                         shape=alt.Shape("series:N", scale=shape, legend=legend_spec),
                                                          opacity=fade, tooltip=tips).add_params(pick, zoom),
         ]
     else:
-        dash_enc = alt.StrokeDash("series:N", scale=dash, legend=None)
+        dash_enc = alt.StrokeDash("series:N", scale=dash, legend=legend_spec)
         layers = []
         if data["outer_low"].notna().any():
             layers.append(base.mark_area(opacity=0.08).encode(x=x, y="outer_low:Q", y2="outer_high:Q",
-                                                              color=alt.Color("series:N", scale=colour, legend=None)))
+                                                              color=colour_enc))
         if data["low"].notna().any():
             layers.append(base.mark_area().encode(x=x, y="low:Q", y2="high:Q", opacity=band_fade,
-                                                  color=alt.Color("series:N", scale=colour, legend=None)))
+                                                  color=colour_enc))
         layers.append(base.mark_line(strokeWidth=1.8).encode(x=x, y=y, color=colour_enc, strokeDash=dash_enc,
                                                             opacity=fade, detail="series:N"))
         # points: visible from the first episode on (a one-point line draws nothing), hover targets
         layers.append(base.mark_point(filled=True, size=36).encode(
-            x=x, y=y, color=alt.Color("series:N", scale=colour, legend=None),
-            shape=alt.Shape("series:N", scale=shape, legend=None), opacity=fade, tooltip=tips).add_params(pick, zoom))
+            x=x, y=y, color=colour_enc,
+            shape=alt.Shape("series:N", scale=shape, legend=legend_spec), opacity=fade,
+            tooltip=tips).add_params(pick, zoom))
     if spec.reference is not None:
         layers.append(alt.Chart(pd.DataFrame({"ref": [spec.reference]})).mark_rule(color="#999999").encode(
             y="ref:Q"))

@@ -1,0 +1,215 @@
+"""The figure layer (``abm.reports.figures``): specs from hand-made run and study frames, checked as
+objects (series, bands, n, labels) and as the matplotlib figures drawn from them (axes labels, one
+line per group, a confidence band, n in the legend), never as pixels; the same specs as Vega-Lite
+charts; and the figures ``abm report`` writes for the smoke study."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PolyCollection
+from scipy import stats
+
+from abm.reports import figures
+from conftest import SCENARIOS
+
+
+def summary_frame() -> pd.DataFrame:
+    """Two configurations (one policy at two grid values, n = 3 and n = 1) x 3 episodes, groups M and F."""
+    rows = []
+    for config, slope, count in (("approve_all, arrivals.base_slope=0.01", 0.01, 3),
+                                 ("approve_all, arrivals.base_slope=0.03", 0.03, 1)):
+        for e in range(3):
+            rows.append({"config_id": config[-4:], "config": config, "groups": "s", "policy": "approve_all",
+                         "objective": "none", "arrivals.base_slope": slope, "episode": e, "time_mean": 10.0 * (e + 1),
+                         "mean_wealth_M_mean": 60.0 + e, "mean_wealth_M_std": 2.0 if count > 1 else np.nan,
+                         "mean_wealth_F_mean": 50.0 + e, "mean_wealth_F_std": 1.0 if count > 1 else np.nan,
+                         "wealth_gap_mean": 10.0, "wealth_gap_std": 3.0 if count > 1 else np.nan, "count": count})
+    return pd.DataFrame(rows)
+
+
+def study_frame() -> pd.DataFrame:
+    """study.parquet rows: 3 configurations x 2 runs x 2 episodes with counts per group."""
+    rows = []
+    finals = {"a": [(2.0, 100.0), (4.0, 120.0)], "b": [(1.0, 90.0), (1.0, 80.0)], "c": [(5.0, 50.0), (6.0, 60.0)]}
+    for policy, runs in finals.items():
+        for r, (gap, profit) in enumerate(runs):
+            for e in (0, 1):
+                rows.append({"run_id": f"{policy}-r{r}", "config_id": policy, "config": policy, "group": "s",
+                             "groups": "s", "policy": policy, "objective": "none", "replicate": r, "seed": r,
+                             "episode": e, "time": 10.0 * (e + 1), "wealth_gap": gap if e else 0.0,
+                             "cumulative_profit": profit if e else 0.0, "mean_wealth_M": 1.0, "mean_wealth_F": 1.0,
+                             "applications_M": 10, "approvals_M": 5 + e, "defaults_M": 1, "repayments_M": 4,
+                             "applications_F": 10, "approvals_F": 2, "defaults_F": 0, "repayments_F": 2})
+    return pd.DataFrame(rows)
+
+
+def _legend_texts(fig) -> list[str]:
+    texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    return texts + [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+
+
+def test_a_study_metric_has_every_group_on_one_axis_with_t_intervals_and_n():
+    spec = figures.study_metric(summary_frame(), "mean_wealth", family="eutopia")
+    assert spec.name == "mean_wealth" and spec.xlabel == "episode" and spec.ylabel == "mean wealth ($K)"
+    assert [(s.config[-4:], s.group, s.n) for s in spec.series] == [
+        ("0.01", "M", 3), ("0.01", "F", 3), ("0.03", "M", 1), ("0.03", "F", 1)]
+    first = spec.series[0]
+    half = stats.t.ppf(0.975, 2) * 2.0 / np.sqrt(3)  # Student t, n - 1 = 2 degrees of freedom
+    np.testing.assert_allclose(first.high - first.y, half)
+    np.testing.assert_allclose(first.x, [1, 2, 3])  # 1 = the end of the first episode
+    assert first.has_band() and not spec.series[2].has_band()  # n = 1: no band
+    assert len({s.color for s in spec.series}) == 1  # one policy, one colour
+    assert spec.series[0].dash != spec.series[2].dash  # two grid values, two line styles
+    assert spec.series[0].marker != spec.series[1].marker  # groups told apart by marker
+    assert "(n=3)" in first.label and "Student t" in spec.caption
+
+    fig = figures.draw(spec)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "episode" and ax.get_ylabel() == "mean wealth ($K)"
+    assert len(ax.get_lines()) == 4  # one line per configuration and group
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 2  # the n = 3 configuration's two groups; n = 1 draws none
+    legend = ax.get_legend()
+    assert legend is not None and legend.get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1  # outside
+    assert any("(n=3)" in t for t in _legend_texts(fig)) and any("(n=1)" in t for t in _legend_texts(fig))
+
+
+def test_a_run_metric_draws_one_line_per_group_without_bands():
+    episodes = pd.DataFrame({"episode": [0, 1, 2], "mean_wealth_M": [1.0, 2.0, 3.0], "mean_wealth_F": [1.0, 1.5, 2.0],
+                             "wealth_gap": [0.0, 0.5, 1.0]})
+    spec = figures.run_metric(episodes, "mean_wealth", family="credit_score")
+    assert [s.group for s in spec.series] == ["M", "F"] and spec.ylabel == "mean credit score (points)"
+    assert len({s.color for s in spec.series}) == 2 and not any(s.has_band() for s in spec.series)
+    ax = figures.draw(spec).axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["M", "F"]
+    assert ax.get_ylabel() == "mean credit score (points)"
+    gap = figures.run_metric(episodes, "wealth_gap", family="eutopia")
+    assert gap.ylabel == "mean wealth M - F ($K)" and len(gap.series) == 1
+
+
+def test_the_frontier_has_ci_whiskers_on_both_axes_and_marks_the_pareto_points():
+    spec = figures.frontier(study_frame(), family="eutopia")
+    assert spec.kind == "scatter" and spec.name == "frontier"
+    assert spec.xlabel == "final mean wealth M - F ($K)" and spec.ylabel == "final cumulative profit ($K)"
+    by = {s.config: s for s in spec.series}
+    a = by["a"]
+    assert a.x[0] == 3.0 and a.y[0] == 110.0 and a.n == 2
+    half = stats.t.ppf(0.975, 1) * np.std([2.0, 4.0], ddof=1) / np.sqrt(2)
+    np.testing.assert_allclose([a.x_low[0], a.x_high[0]], [3.0 - half, 3.0 + half])
+    assert np.isfinite(a.low[0]) and np.isfinite(a.high[0])
+    # a: gap 3, profit 110; b: gap 1, profit 85; c: gap 5.5, profit 55 (dominated by both)
+    assert {c: bool(s.pareto[0]) for c, s in by.items()} == {"a": True, "b": True, "c": False}
+    assert a.label.endswith("*") and "Pareto" in spec.caption and "95%" in spec.caption
+    ax = figures.draw(spec).axes[0]
+    assert ax.get_xlabel() == spec.xlabel and ax.get_ylabel() == spec.ylabel
+    assert any("(n=2)" in t for t in _legend_texts(ax.figure))
+    other = figures.frontier(study_frame(), fairness="wealth_gap", profit="cumulative_profit")
+    assert other.name == "frontier"
+    assert figures.pareto_mask([1.0, 1.0, 2.0], [5.0, 5.0, 6.0]).tolist() == [True, True, True]
+    assert figures.pareto_mask([1.0, 2.0, np.nan], [5.0, 4.0, 9.0]).tolist() == [True, False, False]
+
+
+def test_group_rates_are_cumulative_counts_per_group_and_their_gap():
+    one = study_frame()[lambda f: f["run_id"] == "a-r0"].drop(columns=["run_id"])
+    rates = figures.rate_columns(one.reset_index(drop=True), ["M", "F"])
+    np.testing.assert_allclose(rates["selection_M"], [5 / 10, 11 / 20])
+    np.testing.assert_allclose(rates["selection_F"], [0.2, 0.2])
+    np.testing.assert_allclose(rates["default_M"], [1 / 5, 2 / 10])  # defaults / (defaults + repayments)
+    np.testing.assert_allclose(rates["selection_gap"], [0.3, 0.35])
+    panels = figures.group_rates(study_frame(), family="eutopia")
+    names = [p.name for p in panels.panels]
+    assert names == ["selection_rate", "default_rate", "selection_gap", "default_gap"]
+    top = panels.panels[0]
+    assert len(top.series) == 3 * 2 and {s.group for s in top.series} == {"M", "F"}
+    assert all(s.n == 2 for s in top.series)
+    fig = figures.draw(panels)
+    assert [ax.get_ylabel() for ax in fig.axes[:2]] == ["approved / applications, cumulative",
+                                                        "defaults / resolved loans, cumulative"]
+    assert any("(n=2)" in t for t in _legend_texts(fig))
+
+
+def test_paper_figures_keep_the_seeds_panel_layout(tmp_path):
+    from abm.reports import seed001, seed002
+
+    rows = []
+    for label in ("race_blind", "fair_lp(constraint=dp)", "fair_lp(constraint=eo)"):
+        for episode in (0, 1):
+            rows.append({"run_id": label, "config": label, "policy": label, "objective": "none", "episode": episode,
+                         "bank.gamma": 0.8, "exact_reward": 0.08, "exact_discounted_return": 0.4,
+                         "exact_dp_gap": 0.1, "exact_eo_gap": -0.1, "sim_reward": 0.08, "sim_reward_se": 0.001,
+                         "sim_dp_gap": 0.1, "sim_dp_gap_se": 0.01, "sim_eo_gap": -0.1, "sim_eo_gap_se": 0.01})
+    pd.DataFrame(rows).to_parquet(tmp_path / "study.parquet")
+    (fig1,) = seed001.figures(tmp_path)
+    assert [p.title[:3] for p in fig1.panels] == ["(a)", "(b)", "(c)", "(d)"]
+    assert all(p.kind == "bar" and p.categories[0] == "race-blind" for p in fig1.panels)
+    assert fig1.panels[1].series[0].y[0] == pytest.approx(0.1) and fig1.panels[1].reference == 0.1
+    assert (figures.save(fig1, tmp_path)).stat().st_size > 10_000
+
+    runs = []
+    for method in ("max_util", "eo_threshold"):
+        for r in range(3):
+            for e in range(3):
+                runs.append({"run_id": f"{method}-{r}", "config": method, "group": "g", "groups": "g",
+                             "policy": method, "objective": "none", "replicate": r, "episode": e,
+                             "time": 1000.0 * (e + 1), "cumulative_return": 10.0 * e + r, "recall_G1": 0.5,
+                             "recall_G2": 0.4 + 0.01 * r, "recall_gap": 0.1, "credit_gap": 1.0})
+    spec = seed002.figure_spec(pd.DataFrame(runs))
+    assert spec.name == "seed002_figure1"
+    assert [p.title for p in spec.panels] == ["(a) Average return", "(b) Recall, G1", "(c) Recall, G2",
+                                              "(d) Credit gap"]
+    ret = spec.panels[0].series[0]
+    assert ret.n == 3 and ret.has_band() and ret.x.tolist() == [1000.0, 2000.0, 3000.0]
+
+
+def test_the_same_specs_become_interactive_vega_lite_charts():
+    from abm.dashboard.figures import chart_data, describe_point, to_altair, vega_spec
+
+    spec = figures.study_metric(summary_frame(), "mean_wealth", family="eutopia")
+    data = chart_data(spec)
+    assert len(data) == 4 * 3 and set(data["series"]) == {s.label for s in spec.series}
+    chart = vega_spec(spec)
+    assert chart["$schema"].endswith("vega-lite/v5.json")
+    marks = [layer["mark"]["type"] for layer in chart["layer"]]
+    assert marks == ["area", "line", "point"]  # the band, the lines, the hover targets
+    point = chart["layer"][-1]
+    assert {t["field"] for t in point["encoding"]["tooltip"]} >= {"series", "x", "y", "low", "high", "n"}
+    params = {p["name"]: p for p in chart["params"]}  # Altair lifts them to the top, naming their views
+    assert params["zoom0"]["select"]["type"] == "interval" and params["zoom0"]["bind"] == "scales"  # pan, zoom
+    assert params["pick0"]["select"]["fields"] == ["series"] and params["pick0"]["bind"] == "legend"
+    assert chart["layer"][1]["encoding"]["y"]["title"] == "mean wealth ($K)"
+    panels = to_altair(figures.group_rates(study_frame())).to_dict()
+    assert len(panels["concat"]) == 4
+    assert describe_point({"series": "a (n=2)", "x": 3, "y": 1.5, "low": 1.0, "high": 2.0}) == \
+        "a (n=2): x = 3, value = 1.5 (band 1 to 2)"
+
+
+@pytest.fixture(scope="module")
+def smoke_report(tmp_path_factory):
+    from abm.reports import render
+    from abm.study import load_study, run_study
+
+    folder = tmp_path_factory.mktemp("smoke") / "smoke"
+    run_study(load_study(SCENARIOS / "studies" / "smoke.yaml"), folder, workers=0, quiet=True)
+    return folder, render(folder)
+
+
+def test_abm_report_of_the_smoke_study_writes_the_frontier_and_groups_on_one_axis(smoke_report):
+    from abm.reports.study import study_figures
+
+    folder, out = smoke_report
+    names = {p.name for p in out.glob("*.png")}
+    assert {"frontier.png", "mean_wealth.png", "reach.png", "wealth_gap.png", "cumulative_profit.png",
+            "group_rates.png", "distribution.png"} <= names
+    assert all((out / n).stat().st_size > 10_000 for n in names)
+    made = {spec.name: spec for spec in study_figures(folder)}
+    wealth = figures.draw(made["mean_wealth"]).axes[0]
+    assert wealth.get_ylabel() == "mean wealth ($K)" and wealth.get_xlabel() == "episode"
+    labels = [line.get_label() for line in wealth.get_lines()]
+    assert len(labels) == 4 * 2 and sum(label.split(" | ")[1].startswith("M") for label in labels) == 4
+    assert len([c for c in wealth.collections if isinstance(c, PolyCollection)]) == 8  # n = 2: a band each
+    assert all("(n=2)" in t for t in _legend_texts(wealth.figure))
+    frontier = made["frontier"]
+    assert frontier.xlabel == "final mean wealth M - F ($K)" and len(frontier.series) == 4
+    assert any(s.pareto[0] for s in frontier.series)
