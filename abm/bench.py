@@ -8,7 +8,9 @@ per-capita application rate held at the default (``arrivals.base_intercept`` and
 plus a statistical agreement check of the two. Then: episode time as N doubles at a fixed
 total rate, peak memory at N = 10^6 (a child process, so earlier figures do not pollute it),
 1000 PERL episodes, gymnasium steps per second, the study speed-up on 2 workers, and batched
-policy inference per torch device. A figure whose module is absent is null ("not available").
+policy inference per torch device; the deep lenders' training decisions/s on lending-credit.yaml
+as ratios to SB3 PPO on CartPole (Table 6 hyperparameters, one env) run before and after them
+(``training_speed``). A figure whose module is absent is null ("not available").
 """
 
 from __future__ import annotations
@@ -274,6 +276,139 @@ def policy_devices(batch: int = 6000, repeats: int = 200) -> dict[str, Any]:
     return out
 
 
+NETWORK_N, NETWORK_EPISODES = 100_000, 10
+#: the ties of scenarios/eutopia-network.yaml (mean degree 10, network excitation, peer information)
+NETWORK_SETS = ("network.generator=sbm", "network.mean_degree=10", "network.homophily=0.8",
+                "network.excitation=0.04", "network.peer_weight=0.5")
+
+
+def network_probe(n: int, episodes: int, ties: bool) -> dict[str, Any]:
+    """Run in a child process: Eutopia with n applicants (per-capita rates of the default file),
+    with or without social ties; its event rate and peak memory."""
+    from abm.build import simulation
+
+    t0 = time.perf_counter()
+    sim = simulation(eutopia_scenario(n, extra=NETWORK_SETS if ties else ()))
+    setup = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sim.run(episodes)
+    wall = time.perf_counter() - t0
+    graph = sim.world.ties.graph if sim.world.ties is not None else None
+    return {"events": sim.log.count, "wall_s": wall, "setup_s": setup, "peak_rss_bytes": _high_water_bytes(),
+            "graph_bytes": graph.nbytes if graph is not None else 0,
+            "network_applications": sim.world.ties.network_applications if graph is not None else 0}
+
+
+def network_rate(n: int = NETWORK_N, episodes: int = NETWORK_EPISODES, rounds: int = 2) -> dict[str, Any]:
+    """Events per second with social ties (mean degree 10, network excitation and peer
+    information) over the same scenario without, each in its own child process (so each
+    peak RSS is its own), alternated ``rounds`` times, best rate of each side (a loaded machine's
+    load moves between children); the issue's bar is a ratio >= 0.5."""
+    out: dict[bool, dict[str, Any]] = {}
+    for _ in range(rounds):
+        for ties in (False, True):
+            code = f"import json; from abm.bench import network_probe; print(json.dumps(network_probe({n}, {episodes}, {ties})))"
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=1800)
+            if done.returncode != 0:
+                raise RuntimeError(f"network probe failed: {done.stderr.strip().splitlines()[-1:]}")
+            probe = json.loads(done.stdout.strip().splitlines()[-1])
+            if ties not in out or probe["events"] / probe["wall_s"] > out[ties]["events"] / out[ties]["wall_s"]:
+                out[ties] = probe
+    rate = {k: v["events"] / v["wall_s"] for k, v in out.items()}
+    return {"network_over_plain_event_rate_100k": rate[True] / rate[False],
+            "network_events_per_s_100k": rate[True], "plain_events_per_s_100k": rate[False],
+            "network_events_100k": out[True]["events"], "plain_events_100k": out[False]["events"],
+            "network_applications_100k": out[True]["network_applications"],
+            "network_peak_memory_gb_100k": out[True]["peak_rss_bytes"] / 1e9,
+            "plain_peak_memory_gb_100k": out[False]["peak_rss_bytes"] / 1e9,
+            "network_graph_memory_mb_100k": out[True]["graph_bytes"] / 1e6,
+            "network_setup_s_100k": out[True]["setup_s"], "plain_setup_s_100k": out[False]["setup_s"]}
+
+
+# -- training speed of the learned lenders (issue 16) ------------------------------------------
+#: figure -> (policy, training decisions, --set overrides, rounds); trained on lending-credit.yaml
+TRAINING_FIGURES: dict[str, tuple[str, int, tuple[str, ...], int]] = {
+    "ppo": ("ppo", 10_240, ("policy.backend=lean", "policy.n_envs=16"), 3),
+    "dqn": ("dqn", 8_000, ("policy.backend=lean",), 2),  # learning starts after 1,000: mostly steady state
+    # the full variant at the cadence of docs/MODEL.md: 5,120 decisions hold one dynamics phase
+    "bisim_ppo": ("bisim_ppo", 5_120, ("policy.backend=lean",), 1),
+    "ppo_sb3": ("ppo", 2_048, (), 1),
+    "dqn_sb3": ("dqn", 4_000, (), 1),
+}
+CARTPOLE_STEPS = 1_024  # per reference chunk (two PPO updates)
+
+
+def sb3_cartpole_reference(steps: int = CARTPOLE_STEPS, seed: int = 0) -> dict[str, float]:
+    """The reference: Stable-Baselines3 PPO with seed 002's Table 6 hyperparameters (those of the
+    ``ppo`` lender) on one CartPole-v1 env, torch on one thread."""
+    import gymnasium
+    import torch
+    from stable_baselines3 import PPO
+
+    from policies.deep.ppo import PPOParams, ppo_kwargs
+
+    torch.set_num_threads(1)
+    model = PPO("MlpPolicy", gymnasium.make("CartPole-v1"), seed=seed, **ppo_kwargs(PPOParams()))
+    w0, c0 = _clocks()
+    model.learn(steps)
+    w1, c1 = _clocks()
+    return {"decisions": float(model.num_timesteps), "wall_s": w1 - w0, "cpu_s": c1 - c0}
+
+
+def lender_training(name: str, steps: int, sets: tuple[str, ...] = (), seed: int = 0) -> dict[str, float]:
+    """Wall and CPU time of training lender ``name`` for ``steps`` decisions on lending-credit.yaml
+    (the policy's ``prepare``, which ``simulation`` calls; everything it does is counted, the
+    Bisimulator's dynamics phases included)."""
+    from abm.build import simulation
+    from abm.config import load_scenario
+
+    sc = load_scenario(LENDING, [f"seed={seed}", f"policy.name={name}", f"policy.total_timesteps={steps}", *sets])
+    if name.startswith("bisim"):
+        import nevergrad  # noqa: F401  (a 4 s import the dynamics phase would otherwise time)
+    w0, c0 = _clocks()
+    sim = simulation(sc)
+    w1, c1 = _clocks()
+    return {"decisions": float(sim.policy.learner.num_timesteps), "wall_s": w1 - w0, "cpu_s": c1 - c0}
+
+
+def training_speed(figures: dict[str, tuple[str, int, tuple[str, ...], int]] | None = None,
+                   log: Callable[[str], None] = lambda m: None) -> dict[str, Any] | None:
+    """Training decisions/s of the deep lenders on lending-credit.yaml as ratios to the SB3
+    CartPole reference, interleaved: a reference chunk before each round of trainings and one
+    after the last, so both see the same load (rates pool decisions over wall time); the load
+    average beside each figure."""
+    if not (LENDING.is_file() and _available("stable_baselines3") and _available("policies.deep.lean_ppo")):
+        return None
+    figures = TRAINING_FIGURES if figures is None else figures
+    rounds = max(r for *_, r in figures.values())
+    totals = {key: {"decisions": 0.0, "wall_s": 0.0, "cpu_s": 0.0, "load": []} for key in figures}
+    refs = []
+    for k in range(rounds):
+        refs.append(sb3_cartpole_reference())
+        for key, (name, steps, sets, n_rounds) in figures.items():
+            if k >= n_rounds:
+                continue
+            log(f"  round {k + 1}/{rounds}: {key}, {steps:,} decisions ({' '.join(sets) or 'backend sb3'}) ...")
+            r = lender_training(name, steps, sets, seed=k)
+            for field in ("decisions", "wall_s", "cpu_s"):
+                totals[key][field] += r[field]
+            totals[key]["load"].append(os.getloadavg()[0])
+    refs.append(sb3_cartpole_reference())
+    ref_rate = sum(r["decisions"] for r in refs) / sum(r["wall_s"] for r in refs)
+    ref_cpu = sum(r["decisions"] for r in refs) / sum(r["cpu_s"] for r in refs)
+    out: dict[str, Any] = {"reference_cartpole_sb3_ppo_decisions_per_s": ref_rate,
+                           "reference_cartpole_sb3_ppo_cpu_decisions_per_s": ref_cpu,
+                           "reference_cartpole_chunks_decisions_per_s": [r["decisions"] / r["wall_s"] for r in refs]}
+    for key, t in totals.items():
+        out[f"{key}_training_decisions_per_s"] = t["decisions"] / t["wall_s"]
+        out[f"{key}_training_over_reference"] = t["decisions"] / t["wall_s"] / ref_rate
+        out[f"{key}_training_over_reference_cpu"] = t["decisions"] / t["cpu_s"] / ref_cpu
+        out[f"{key}_training_load_average"] = float(np.mean(t["load"]))
+        out[f"{key}_training_settings"] = " ".join(figures[key][2]) or "backend sb3"
+    out["training_load_average"] = os.getloadavg()[0]
+    return out
+
+
 def machine() -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
@@ -295,7 +430,8 @@ def machine() -> dict[str, Any]:
 
 KEYS = ("engine_over_reference_6k", "engine_over_reference_60k", "engine_over_reference_600k",
         "doubling_time_ratio", "peak_memory_gb_1m", "perl_1000_episodes_s", "gym_steps_per_s",
-        "study_speedup_2_workers")
+        "study_speedup_2_workers", "network_over_plain_event_rate_100k",
+        "ppo_training_over_reference", "dqn_training_over_reference", "bisim_ppo_training_over_reference")
 
 
 def run_bench(quick: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -314,7 +450,9 @@ def run_bench(quick: bool = False, log: Callable[[str], None] = print) -> dict[s
         steps: list[tuple[str, Callable[[], dict[str, Any] | None]]] = [
             ("scaling at a fixed total rate", scaling), ("peak memory, N = 10^6", peak_memory),
             ("1000 PERL episodes", perl_episodes), ("gym adapter steps", gym_steps),
-            ("study speed-up on 2 workers", study_speedup), ("policy inference per device", policy_devices)]
+            ("study speed-up on 2 workers", study_speedup), ("policy inference per device", policy_devices),
+            ("social ties, N = 10^5, mean degree 10", network_rate),
+            ("training speed of the deep lenders (vs SB3 PPO on CartPole)", lambda: training_speed(log=log))]
         for label, step in steps:
             log(f"{label} ...")
             out = step()

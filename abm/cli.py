@@ -56,20 +56,25 @@ def population(scenario: Path = typer.Argument(..., help="Scenario file."),
     import numpy as np
 
     from abm.config import load_scenario
-    from abm.population import generate_population, summary_table
+    from abm.population import edges_path, generate_network, generate_population, summary_table
 
     sc = load_scenario(scenario, list(set_), seed=seed)
     frame = generate_population(sc)
-    tmp = out.with_name(f".tmp-{out.name}")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"--out {out}: cannot write ({exc.strerror or str(exc).splitlines()[0]})") from None
+    edges = generate_network(sc)  # None without a network section
+    written = [(frame, out)] + ([(edges, edges_path(out))] if edges is not None else [])
+    for table, path in written:
+        tmp = path.with_name(f".tmp-{path.name}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            table.to_parquet(tmp, index=False)
+            tmp.replace(path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UserError(f"--out {path}: cannot write ({exc.strerror or str(exc).splitlines()[0]})") from None
     _console().print(summary_table(frame))
     typer.echo(f"population: {len(frame)} applicants -> {out}")
+    if edges is not None:
+        typer.echo(f"network: {len(edges)} ties -> {edges_path(out)}")
     del np
 
 
@@ -120,7 +125,9 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
 def inspect(run_dir: Path = typer.Argument(..., help="A run folder."),
             agent: Optional[int] = typer.Option(None, help="Applicant id: print its timeline."),
             group: Optional[str] = typer.Option(None, help="Group name: print its summary."),
-            limit: int = typer.Option(200, help="At most this many timeline rows.")) -> None:
+            limit: int = typer.Option(200, help="At most this many timeline rows."),
+            neighbours: bool = typer.Option(True, "--neighbours/--no-neighbours",
+                                            help="Runs with a network: interleave the neighbours' approvals.")) -> None:
     """An applicant's timeline or a group's summary from a run folder (a study folder: its runs)."""
     from abm.inspect import agent_timeline, group_summary, load_run, study_runs
 
@@ -133,7 +140,7 @@ def inspect(run_dir: Path = typer.Argument(..., help="A run folder."),
     run = load_run(run_dir)
     con = _console()
     if agent is not None:
-        con.print(agent_timeline(run, agent, limit))
+        con.print(agent_timeline(run, agent, limit, neighbours))
     elif group is not None:
         con.print(group_summary(run, group))
     else:

@@ -72,17 +72,18 @@ class ReferenceEutopia:
             policy = build(scenario.policy, self._context(), rngs["policy"])
         self.policy = policy
         self.decision_rng = rngs["decisions"]
-        published = getattr(policy, "approval_model", None)
-        if callable(published) and published() is not None:
-            self.approval = self.approval.with_theta(*published())
+        theta = policy.approval_model()
+        if theta is not None:
+            self.approval = self.approval.with_theta(*theta)
             self._refresh_weights()
 
-    def _context(self) -> eutopia.PolicyContext:
+    def _context(self) -> eutopia.LoanlyContext:
         def columns() -> dict[str, np.ndarray]:
             return {"group": self.group.astype(np.int16), "wealth": self.wealth, "label": self.label,
                     "weight": self.weight, "loan_amount": self.loan, "default": self.default}
 
-        return eutopia.PolicyContext(eutopia.OBS_FIELDS, loanly.GROUPS, self.pop.tau_interest, columns)
+        return eutopia.LoanlyContext(eutopia.OBS_FIELDS, loanly.GROUPS, self.pop.repay_rate, columns,
+                                     family="eutopia", obs_scale=eutopia.OBS_SCALE)
 
     def _mean_wealth(self) -> np.ndarray:
         return np.bincount(self.group, weights=self.wealth, minlength=2) / self.sizes

@@ -278,3 +278,72 @@ def test_torch_device_is_cpu_by_default_and_chosen_by_the_environment(monkeypatc
     assert str(sim.policy.model.device).startswith(torch_device())
     probs = sim.policy.decide(np.zeros((3, len(sim.policy.obs_fields))))
     assert probs.shape == (3,) and np.all((probs >= 0) & (probs <= 1))
+
+
+# -- issue 16: per-minibatch normalisation (ELBERT-PO, A-PPO) and evaluation episodes ---------------
+
+def _spy_minibatches(cls):
+    seen = []
+    original = cls.minibatch
+
+    def spy(self, rows, adv):
+        out = original(self, rows, adv)
+        seen.append((self, np.asarray(rows).copy(), np.asarray(out).copy()))
+        return out
+
+    return seen, original, spy
+
+
+def test_elbert_minibatch_normalisation_is_the_reference_formula_per_minibatch(monkeypatch):
+    from policies.deep.elbert_po import BenefitCritic, fair_advantage
+
+    seen, _, spy = _spy_minibatches(BenefitCritic)
+    monkeypatch.setattr(BenefitCritic, "minibatch", spy)
+    policy, _ = trained("elbert_po", **{**FAST_PPO, "n_epochs": 2}, normalize="minibatch", total_timesteps=512)
+    assert len(seen) == 2 * 2 * (256 // 64)  # rollouts x epochs x minibatches
+    assert policy.learner.model.normalize_advantage is False  # standardised once, inside the formula
+    critic, rows, out = seen[-1]
+    a, au, ab, U, B = critic.stash
+    np.testing.assert_allclose(out, fair_advantage(a[rows], au[rows], ab[rows], U, B, critic.p.alpha, 20.0))
+    assert sorted(np.concatenate([r for c, r, _ in seen[-4:]]).tolist()) == list(range(256))  # one epoch: a partition
+    assert "normalize" not in scenario(name="elbert_po").policy.params  # the default stays out of the dump
+
+
+def test_a_ppo_minibatch_min_max_scales_each_minibatch(monkeypatch):
+    from policies.deep.a_ppo import RecallGapTracker
+
+    seen, _, spy = _spy_minibatches(RecallGapTracker)
+    monkeypatch.setattr(RecallGapTracker, "minibatch", spy)
+    policy, _ = trained("a_ppo", **{**FAST_PPO, "n_epochs": 1}, normalize="minibatch", total_timesteps=256)
+    assert len(seen) == 256 // 64 and policy.learner.model.normalize_advantage is True  # then the usual one
+    tracker, rows, out = seen[0]
+    a, v, div = tracker.stash
+    p = tracker.p
+    mm = lambda x: (x - x.min()) / (x.max() - x.min()) if x.max() > x.min() else np.zeros_like(x)  # noqa: E731
+    np.testing.assert_allclose(out, p.beta_0 * mm(a[rows]) + p.beta_1 * mm(v[rows]) + p.beta_2 * mm(div[rows]))
+
+
+def test_eval_episodes_run_further_episodes_and_the_tables_average_them(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from abm.config import config_hash
+    from abm.reports.seed002 import seed_tables
+    from abm.runner import run_to_folder
+
+    sc = scenario(name="ppo", **FAST_PPO, total_timesteps=256, eval_episodes=3)
+    folder, _ = run_to_folder(sc, tmp_path / "runs")
+    rows = json.loads((folder / "policy" / "evaluations.json").read_text())
+    assert [r["evaluation"] for r in rows] == [1, 2] and len({r["seed"] for r in rows}) == 2
+    assert "eval_episodes" not in json.loads((folder / "policy" / "config.json").read_text())["params"]
+    own = pd.read_parquet(folder / "episodes.parquet")
+    plain, _ = run_to_folder(scenario(name="ppo", **FAST_PPO, total_timesteps=256), tmp_path / "plain")
+    pd.testing.assert_frame_equal(own, pd.read_parquet(plain / "episodes.parquet"))  # the run itself unchanged
+    assert config_hash(scenario(name="ppo")) == config_hash(validate_scenario_dict({**SMALL, "policy": {"name": "ppo"}}))
+    # the table's value for this run: the mean over its three evaluation episodes
+    study = own.assign(run_id=folder.name, group="g", config="ppo")
+    text = seed_tables(study, tmp_path)
+    expected = np.mean([own["cumulative_return"].iloc[-1], *[r["cumulative_return"] for r in rows]])
+    row = [line for line in text.splitlines() if line.startswith("| ppo")][0]
+    assert f"| 1 | 3 | {expected:.2f} |" in row

@@ -247,3 +247,91 @@ def test_social_burden_is_mean_cost_of_the_admitted():
         admitted = c["admitted"] & (c["group"] == g)
         assert episodes[f"social_burden_{name}"].iloc[-1] == pytest.approx(c["cost_paid"][admitted].mean())
         assert episodes[f"cumulative_admissions_{name}"].iloc[-1] == admitted.sum()
+
+
+# -- seed-002 options of issue 16 (defaults leave every existing run unchanged) ---------------------
+
+def test_new_options_stay_out_of_the_dump_at_their_defaults():
+    from abm.config import config_hash, scenario_to_dict
+
+    credit = scenario_to_dict(scenario("lending-credit"))
+    assert "metrics" not in credit and not {"model", "shift_increment"} & set(credit["dynamics"])
+    assert "encoding" not in credit["observation"]
+    assert "admit_failure" not in scenario_to_dict(scenario("admissions", "bank.admit_failure=0.0"))["bank"]
+    set_ = scenario_to_dict(scenario("lending-credit", "metrics.credit_gap_w2=true", "dynamics.model=mass_shift"))
+    assert set_["metrics"] == {"credit_gap_w2": True} and set_["dynamics"]["model"] == "mass_shift"
+    assert config_hash(scenario("lending-credit")) != config_hash(scenario("lending-credit", "metrics.credit_gap_w2=true"))
+
+
+def test_wasserstein2_squared_is_the_quantile_integral():
+    from abm.families.steps import credit_gap_w2, wasserstein2_squared
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(1, 8, 37).astype(float), rng.integers(1, 8, 51).astype(float)
+    u = (np.arange(200_000) + 0.5) / 200_000
+    brute = np.mean((np.quantile(a, u, method="inverted_cdf") - np.quantile(b, u, method="inverted_cdf")) ** 2)
+    assert wasserstein2_squared(a, b) == pytest.approx(brute, abs=1e-3)
+    assert wasserstein2_squared([1, 2, 3], [2, 3, 4, 5]) == pytest.approx(2.5)
+    # weighted (distributions on a grid) = the same samples
+    assert wasserstein2_squared([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [1, 1, 1, 0, 0], [0, 1, 1, 1, 1]) == pytest.approx(2.5)
+    groups = np.array([0, 0, 0, 1, 1, 1, 1])
+    assert credit_gap_w2(np.array([1, 2, 3, 2, 3, 4, 5.0]), groups, 2) == pytest.approx(2.5)
+
+
+def test_credit_gap_w2_is_reported_only_when_asked():
+    from abm.families.steps import credit_gap_w2
+
+    base = ["episodes.count=1", "episodes.horizon=300"]
+    plain = execute(scenario("lending-credit", *base))[1]
+    sim, episodes, _ = execute(scenario("lending-credit", *base, "metrics.credit_gap_w2=true"))
+    assert "credit_gap_w2" not in plain.columns
+    c = sim.world.cols
+    assert episodes["credit_gap_w2"].iloc[-1] == pytest.approx(credit_gap_w2(c["score"], c["group"], 2))
+    assert episodes["credit_gap"].iloc[-1] == plain["credit_gap"].iloc[-1]  # the W1 column is unchanged
+
+
+def test_mass_shift_moves_group_mass_like_ml_fairness_gym():
+    sim = simulation(scenario("lending-credit", "dynamics.model=mass_shift", "dynamics.shift_increment=0.05",
+                              policy="approve_all"))
+    w = sim.world
+    before = w.mass.copy()
+    w._after_loan(np.array([1]), np.array([1]), np.array([True]), np.array([4.0]))  # G2 repays at score 4
+    moved = w.mass - before
+    assert moved[1, 3] == pytest.approx(-0.05) and moved[1, 4] == pytest.approx(0.05) and not moved[0].any()
+    w._after_loan(np.array([0]), np.array([0]), np.array([False]), np.array([2.0]))  # G1 defaults at 2: bin 2 -> 1
+    assert w.mass[0, 0] == pytest.approx(0.05)  # from nothing: min(increment, mass of the bin) moved down
+    sim, episodes, _ = execute(scenario("lending-credit", "dynamics.model=mass_shift", "episodes.count=2",
+                                        "metrics.credit_gap_w2=true", policy="approve_all"))
+    m = sim.world.mass
+    assert np.allclose(m.sum(axis=1), 1.0) and (m >= -1e-12).all()
+    grid = np.arange(1, 8.0)
+    assert episodes["mean_score_G1"].iloc[-1] == pytest.approx(m[0] @ grid)
+    assert episodes["credit_gap"].iloc[-1] == pytest.approx(np.abs(np.cumsum(m[0]) - np.cumsum(m[1])).sum())
+    assert episodes["observed_credit_gap"].iloc[-1] == episodes["credit_gap"].iloc[-1]
+
+
+def test_one_hot_observation_appends_the_encoded_score_and_group():
+    sim = simulation(scenario("lending-credit", "observation.encoding=one_hot", policy="max_util"))
+    w = sim.world
+    assert w.obs_fields[:4] == ("credit_score", "group", "repay_ratio", "default_ratio")
+    assert w.obs_fields[4:] == tuple(f"score_{k}" for k in range(1, 8)) + ("group_G1", "group_G2")
+    idx = np.array([0, 999])
+    obs = w.observe(idx)
+    assert obs.shape == (2, 13) and np.all(obs[:, 4:11].sum(axis=1) == 1) and np.all(obs[:, 11:].sum(axis=1) == 1)
+    assert np.all(obs[np.arange(2), 3 + obs[:, 0].astype(int)] == 1.0)
+    assert np.all(obs[np.arange(2), 11 + obs[:, 1].astype(int)] == 1.0)
+    lo, hi = w.obs_bounds
+    assert len(lo) == len(hi) == 13
+    execute(scenario("lending-credit", "observation.encoding=one_hot", "episodes.count=1", "episodes.horizon=200"))
+
+
+def test_admit_failure_penalty_changes_rewards_and_the_greedy_rule():
+    base = ["episodes.count=1", "episodes.horizon=400"]
+    zero = {p: execute(scenario("admissions", *base, "bank.admit_failure=0.0", policy=p))[0].world
+            for p in ("approve_all", "max_util")}
+    assert zero["approve_all"].profit_total == zero["max_util"].profit_total  # with 0 the greedy rule admits all
+    sim, episodes, events = execute(scenario("admissions", *base, "bank.admit_failure=-1.0", policy="approve_all"))
+    w = sim.world  # run check: invariants and the event ledger include the penalty
+    assert w.profit_total == w.cum["tp"].sum() - w.cum["fp"].sum() - w.cum["fn"].sum()
+    greedy = execute(scenario("admissions", *base, "bank.admit_failure=-1.0", policy="max_util"))[0].world
+    assert greedy.cum["approvals"].sum() < w.cum["approvals"].sum()  # the penalty makes it reject low scores

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "abm.world", "abm.objectives", "abm.safe_yaml")),
     ("core", ("abm.eventlog", "abm.agents", "abm.engine", "abm.config", "abm.build")),
     ("families", ("abm.families", "abm.families.*")),
-    ("adapters", ("abm.gym",)),
+    ("adapters", ("abm.gym", "abm.vector")),
     ("policies", ("policies", "policies.*")),
     ("assembly", ("abm.runner", "abm.population")),
     ("applications", ("abm.study", "abm.study.*", "abm.reports", "abm.reports.*", "abm.inspect", "abm.bench",

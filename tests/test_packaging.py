@@ -63,7 +63,7 @@ def test_core_dependencies_are_ranges_and_the_heavy_parts_extras():
     cfg = setup_cfg()
     core = requirements(cfg["options"]["install_requires"])
     assert not {"torch", "stable-baselines3", "gymnasium", "nevergrad", "solara", "solara-assets", "pytest",
-                "hypothesis", "selenium", "networkx"} & set(core)
+                "hypothesis", "selenium"} & set(core)
     assert {"mesa", "simpy", "numpy", "pandas", "pydantic", "pyarrow", "scikit-learn", "dask"} <= set(core)
     assert not [name for name, spec in core.items() if "==" in spec]  # ranges only
     extras = {name: requirements(text) for name, text in cfg["options.extras_require"].items()}
@@ -169,7 +169,7 @@ def test_a_wheel_installs_into_a_fresh_venv_without_extras_and_runs_without_torc
     assert "policies/base.py" in names and "abm/api.py" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith("LICENSE") for n in names)
     freeze = _run([str(py), "-m", "pip", "freeze"], cwd=tmp_path, env=env).stdout.lower()
-    for heavy in ("torch", "stable-baselines3", "stable_baselines3", "gymnasium", "solara", "pytest", "networkx"):
+    for heavy in ("torch", "stable-baselines3", "stable_baselines3", "gymnasium", "solara", "pytest"):
         assert f"{heavy}==" not in freeze, heavy
 
     _run([str(abm), "init", "proj"], cwd=work, env=env)

@@ -6,7 +6,8 @@ one applicant still in the pool is drawn uniformly; with probability epsilon = 0
 manipulate: if the budget covers their group's cost they pay it and their *observed* score
 rises by ``manipulation_gain`` (capped at 10). Success ~ Bernoulli(P(true score)), P = (0.0,
 0.1, ..., 0.9). The college earns +1 for admitting a success and -1 for rejecting one, 0
-otherwise; admitted applicants leave the pool for good. See docs/MODEL.md.
+otherwise (``bank.admit_failure``, default 0, sets the reward of admitting a failure);
+admitted applicants leave the pool for good. See docs/MODEL.md.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from abm.config import Section
 from abm.errors import InvariantError
@@ -82,6 +83,15 @@ class AdmissionsObservation(Section):
 class AdmissionsRewards(Section):
     admit_success: float = Field(1.0, ge=-1e6, le=1e6, description="r+: admitting an applicant who succeeds.")
     reject_success: float = Field(-1.0, ge=-1e6, le=1e6, description="r-: rejecting an applicant who would succeed.")
+    admit_failure: float = Field(0.0, ge=-1e6, le=1e6, description=(
+        "Admitting an applicant who fails (seed 002 B.2: 'otherwise its reward is zero'; with 0, admitting "
+        "everyone is optimal: see docs/MODEL.md)."))
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """``admit_failure`` is left out of the dump while it is 0 (its default): adding it changed
+        no existing run's configuration hash or folder name."""
+        return steps.omit_defaults(self, handler(self), ("admit_failure",))
 
 
 class Scenario(steps.StepScenario):
@@ -155,13 +165,13 @@ class World:
         }
         self.true_costs = np.array([g.manipulation_cost for g in sc.population.groups], dtype=float)
         self.set_manipulation_costs(sc.observation.manipulation_cost)
-        self.rewards = steps.RewardTable(approve_good=sc.bank.admit_success, approve_bad=0.0,
+        self.rewards = steps.RewardTable(approve_good=sc.bank.admit_success, approve_bad=sc.bank.admit_failure,
                                          reject_good=sc.bank.reject_success, reject_bad=0.0)
         self.pool = np.arange(n, dtype=np.int64)  # applicants not yet admitted: pool[:pool_size]
         self.position = np.arange(n, dtype=np.int64)
         self.pool_size = n
         self.arrival_rng, self.outcome_rng = model.rngs["arrivals"], model.rngs["outcomes"]
-        keys = ("applications", "approvals", "tp", "fn", "reward", "manipulations", "burden")
+        keys = ("applications", "approvals", "tp", "fn", "fp", "reward", "manipulations", "burden")
         self.cum = {k: np.zeros(n_groups) for k in keys}
         self.ep = {k: np.zeros(n_groups) for k in keys}
         self.profit_total = 0.0
@@ -183,6 +193,16 @@ class World:
         return Lever(np.asarray(self.costs, dtype=float), true / (10.0 * scale), true * scale,
                      self.set_manipulation_costs,
                      lambda om: {"observation": {"manipulation_cost": [float(x) for x in om]}})
+
+    def copy_state_from(self, other: "World") -> None:
+        """Take over the applicants' state of ``other``, a world of the same scenario (scores,
+        budgets, costs paid, who has been admitted and left the pool): the Bisimulator's probes
+        start from the training state. Call before the clock starts."""
+        if set(other.cols) != set(self.cols) or not np.array_equal(other.cols["group"], self.cols["group"]):
+            raise InvariantError("copy_state_from: the worlds have different populations")
+        for key, value in other.cols.items():
+            self.cols[key] = value.copy()
+        self.pool, self.position, self.pool_size = other.pool.copy(), other.position.copy(), int(other.pool_size)
 
     # -- arrivals -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -271,6 +291,7 @@ class World:
             store["approvals"] += np.bincount(groups[approved], minlength=n)
             store["tp"] += np.bincount(groups[approved & good], minlength=n)
             store["fn"] += np.bincount(groups[~approved & good], minlength=n)
+            store["fp"] += np.bincount(groups[approved & ~good], minlength=n)
             store["reward"] += np.bincount(groups, weights=rewards, minlength=n)
             store["burden"] += np.bincount(groups[approved], weights=c["cost_paid"][won], minlength=n)
         self.profit_total += float(rewards.sum())
@@ -356,7 +377,8 @@ class World:
             raise InvariantError("invariant 'each admitted applicant admitted once and out of the pool' broken")
         if np.any(c["admitted"][self.pool[: self.pool_size]]):
             raise InvariantError("invariant 'admitted applicants never return' broken")
-        ledger = self.rewards.approve_good * self.cum["tp"].sum() + self.rewards.reject_good * self.cum["fn"].sum()
+        ledger = self.rewards.approve_good * self.cum["tp"].sum() + self.rewards.reject_good * self.cum["fn"].sum() + \
+            self.rewards.approve_bad * self.cum["fp"].sum()
         if not np.isclose(ledger, self.profit_total, rtol=1e-9, atol=1e-6):
             raise InvariantError(f"invariant 'return = reward ledger' broken: {self.profit_total} vs {ledger}")
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 from scipy.stats import norm
 
 from abm.config import Section
+from abm.errors import InvariantError
 from abm.families import steps
-from abm.families.score_lending import ObservationDynamics, Population, ScoreLendingWorld, check_observation_lengths
+from abm.families.score_lending import OBS_FIELDS, ObservationDynamics, Population, ScoreLendingWorld, \
+    check_observation_lengths
+from abm.world import Lever
 
 SEED_REPAY_PROBS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # seed 002 Table 3
 # ml-fairness-gym lending_params.py: group 0 advantaged, group 1 disadvantaged (7 bins)
@@ -96,6 +99,35 @@ class CreditPopulation(Section):
 class CreditDynamics(Section):
     score_change_repay: int = Field(1, ge=0, le=1000, description="c+: true score change on repayment.")
     score_change_default: int = Field(-1, ge=-1000, le=0, description="-c-: true score change on default.")
+    model: Literal["individual", "mass_shift"] = Field("individual", description=(
+        "individual: the applicant's own score moves by c+/c- (seed 002 B.1); mass_shift: ml-fairness-gym's "
+        "DelayedImpactEnv (each applicant's score drawn afresh from the group's score distribution, a loan "
+        "outcome moves shift_increment of that distribution's mass one score up or down)."))
+    shift_increment: float = Field(0.01, gt=0, le=1, description=(
+        "mass_shift: probability mass moved per loan outcome (ml-fairness-gym's cluster_shift_increment)."))
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """The ml-fairness-gym options are left out of the dump at their defaults (no existing run's
+        configuration hash changed when they were added)."""
+        return steps.omit_defaults(self, handler(self), ("model", "shift_increment"))
+
+
+class CreditObservation(ObservationDynamics):
+    encoding: Literal["raw", "one_hot"] = Field("raw", description=(
+        "raw: (credit_score, group, repay_ratio, default_ratio) (seed 002 B.1); one_hot: the same columns "
+        "followed by the observed score and the group one-hot encoded (ml-fairness-gym's observation), "
+        "score_1..score_C and group_<name>."))
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        return steps.omit_defaults(self, handler(self), ("encoding",))
+
+
+class CreditMetrics(Section):
+    credit_gap_w2: bool = Field(False, description=(
+        "Also report credit_gap_w2 and observed_credit_gap_w2: the credit gap with the squared ground cost "
+        "(W2^2) beside credit_gap (W1, seed 002's 'Kantorovich distance')."))
 
 
 class CreditBank(Section):
@@ -110,12 +142,28 @@ class Scenario(steps.StepScenario):
     population: CreditPopulation = Field(default_factory=CreditPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)
     dynamics: CreditDynamics = Field(default_factory=CreditDynamics)
-    observation: ObservationDynamics = Field(default_factory=ObservationDynamics)
+    observation: CreditObservation = Field(default_factory=CreditObservation)
     bank: CreditBank = Field(default_factory=CreditBank)
+    metrics: CreditMetrics = Field(default_factory=CreditMetrics)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """``metrics`` is left out of the dump while it has its defaults (added later: no existing
+        run's configuration hash or folder name changed)."""
+        return steps.omit_defaults(self, handler(self), ("metrics",))
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
         check_observation_lengths(self.observation, len(self.population.groups))
+        if self.dynamics.model == "mass_shift":
+            obs = self.observation
+            if obs.score_change_repay is not None or obs.score_change_default is not None:
+                raise ValueError("observation.score_change_*: dynamics.model mass_shift has no applicant-level "
+                                 "observed score to move; leave them null")
+            params = self.policy.params
+            if self.policy.name in ("bisim_ppo", "bisim_dqn") and params.get("variant", "full") == "full":
+                raise ValueError("policy.variant: the Bisimulator's observation lever (per-group c+/c-) needs "
+                                 "dynamics.model individual; use variant: reward_only with mass_shift")
         return self
 
 
@@ -145,7 +193,91 @@ class World(ScoreLendingWorld):
         self.cons = pop.conscientiousness
         self.known = self.p_table if not self.cons.enabled else \
             (1 - self.cons.weight) * self.p_table + self.cons.weight * self.cons.mean_clipped()
+        self.report_w2 = scenario.metrics.credit_gap_w2
+        c_max = len(self.p_table)
+        self.one_hot = scenario.observation.encoding == "one_hot"
+        if self.one_hot:
+            self.obs_fields = OBS_FIELDS + tuple(f"score_{k}" for k in range(1, c_max + 1)) + \
+                tuple(f"group_{g.name}" for g in pop.groups)
+        # ml-fairness-gym's mass-shift dynamics: the state is each group's score distribution
+        self.mass = None
+        if scenario.dynamics.model == "mass_shift":
+            self.hooks = True
+            self.increment = float(scenario.dynamics.shift_increment)
+            self.mass = np.array([g.initial_distribution for g in pop.groups], dtype=float)
         return generate(pop, rng)
+
+    # -- ml-fairness-gym's mass-shift dynamics (dynamics.model: mass_shift) -------------------------
+    def _on_arrival(self, i: int, rng) -> None:
+        """The applicant's score is drawn afresh from their group's current distribution (as
+        ml-fairness-gym samples a new applicant from the group's mixture every step)."""
+        g = self.cols["group"].item(i)
+        w = self.mass[g]
+        k = int(np.searchsorted(np.cumsum(w), rng.random() * w.sum(), side="right"))
+        score = float(min(k, len(w) - 1) + 1)
+        self.cols["score"][i] = self.cols["observed_score"][i] = score
+
+    def _after_loan(self, idx, groups, repaid, before) -> None:
+        """ml-fairness-gym's ``_CreditShift``: ``min(shift_increment, mass of the bin)`` moves from the
+        applicant's bin to the next one up (repaid) or down (default), none past the ends."""
+        top = self.mass.shape[1] - 1
+        for g, good, score in zip(groups, repaid, before):
+            k = int(score) - 1
+            new = min(k + 1, top) if good else max(k - 1, 0)
+            moved = min(self.increment, self.mass[g, k])
+            self.mass[g, k] -= moved
+            self.mass[g, new] += moved
+
+    def score_counts(self):
+        """With mass-shift dynamics the applicant distribution is each group's score distribution
+        (its mass times the group's size)."""
+        if self.mass is None:
+            return super().score_counts()
+        grid = np.arange(1, self.mass.shape[1] + 1, dtype=float)
+        return [(grid[w > 0], (w * n)[w > 0]) for w, n in zip(self.mass, self.sizes)]
+
+    def mean_scores(self, column: str = "score") -> np.ndarray:
+        if self.mass is None:
+            return super().mean_scores(column)
+        grid = np.arange(1, self.mass.shape[1] + 1, dtype=float)
+        return self.mass @ grid / self.mass.sum(axis=1)
+
+    def credit_gap(self, column: str = "score", squared: bool = False) -> float:
+        """With mass-shift dynamics, the distance between the groups' score distributions themselves
+        (observed = true there); otherwise between the applicants' scores."""
+        if self.mass is None:
+            return super().credit_gap(column, squared)
+        grid = np.arange(1, self.mass.shape[1] + 1, dtype=float)
+        pairs = [(a, b) for a in range(self.n_groups) for b in range(a + 1, self.n_groups)]
+        dist = steps.wasserstein2_squared if squared else steps.wasserstein1
+        return float(max((dist(grid, grid, self.mass[a], self.mass[b]) for a, b in pairs), default=0.0))
+
+    def observation_lever(self, scale: float) -> Lever:
+        if self.mass is not None:
+            raise InvariantError("the observation lever needs dynamics.model individual")  # refused at validation
+        return super().observation_lever(scale)
+
+    def copy_state_from(self, other) -> None:
+        super().copy_state_from(other)
+        if self.mass is not None:
+            self.mass = other.mass.copy()
+
+    # -- ml-fairness-gym's one-hot observation (observation.encoding: one_hot) -----------------------
+    def observe(self, idx: np.ndarray) -> np.ndarray:
+        raw = super().observe(idx)
+        if not self.one_hot:
+            return raw
+        c_max = len(self.p_table)
+        k = np.clip(np.rint(raw[:, 0]), 1, c_max).astype(np.int64) - 1  # nearest whole observed score
+        return np.hstack([raw, np.eye(c_max)[k], np.eye(self.n_groups)[raw[:, 1].astype(np.int64)]])
+
+    @property
+    def obs_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = super().obs_bounds
+        if not self.one_hot:
+            return lo, hi
+        extra = len(self.obs_fields) - len(lo)
+        return np.concatenate([lo, np.zeros(extra)]), np.concatenate([hi, np.ones(extra)])
 
     def repay_prob(self, idx: np.ndarray) -> np.ndarray:
         p = self.p_table[self.cols["score"][idx].astype(np.int64) - 1]

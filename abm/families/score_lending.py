@@ -76,6 +76,8 @@ class ScoreLendingWorld(ABC):
     family = ""
     score_range = (0.0, 1.0)
     integer_scores = False
+    report_w2 = False  # also report the credit gap as W2^2 (``credit_gap_w2``); a family option sets it
+    hooks = False  # whether ``_on_arrival`` / ``_after_loan`` do anything (kept off the hot path otherwise)
 
     def __init__(self, model):
         self.model, self.env = model, model.env
@@ -142,6 +144,16 @@ class ScoreLendingWorld(ABC):
                      lambda om: {"observation": {"score_change_repay": [float(x) for x in om[:G]],
                                                  "score_change_default": [float(x) for x in om[G:]]}})
 
+    def copy_state_from(self, other: "ScoreLendingWorld") -> None:
+        """Take over the applicants' state of ``other``, a world of the same scenario (true and
+        observed scores, histories, latent traits): the Bisimulator's probes start from the
+        training state. Call before the clock starts; the counters of metrics stay this world's."""
+        if set(other.cols) != set(self.cols) or len(other.cols["group"]) != len(self.cols["group"]) or \
+                not np.array_equal(other.cols["group"], self.cols["group"]):
+            raise InvariantError("copy_state_from: the worlds have different populations")
+        for key, value in other.cols.items():
+            self.cols[key] = value.copy()
+
     # -- set-up -----------------------------------------------------------------------------
     def start(self) -> None:
         self.env.process(steps.unit_step_arrivals(self, self._pick, self._prepare))
@@ -151,6 +163,8 @@ class ScoreLendingWorld(ABC):
 
     def _prepare(self, i: int, rng) -> None:
         c, one = self.cols, self._one
+        if self.hooks:
+            self._on_arrival(i, rng)
         one[0] = i
         p = float(self.repay_prob(one)[0])  # scored at arrival: the bank decides on this draw
         c["p_repay"][i] = p
@@ -160,12 +174,21 @@ class ScoreLendingWorld(ABC):
         self.cum["applications"][g] += 1
         self.ep["applications"][g] += 1
 
-    def policy_context(self) -> steps.ThresholdContext:
-        def score_counts():
-            return steps.counts_by_group(self.cols["observed_score"], self.cols["group"], self.n_groups)
+    def _on_arrival(self, i: int, rng) -> None:
+        """What happens to applicant ``i`` as they apply, before they are scored (nothing here;
+        ml-fairness-gym's mass-shift dynamics draw the score afresh)."""
 
+    def _after_loan(self, idx: np.ndarray, groups: np.ndarray, repaid: np.ndarray, before: np.ndarray) -> None:
+        """After approved loans resolved (``before``: their true scores before the change)."""
+
+    def score_counts(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per group: the distinct observed scores of its members and their counts (the applicant
+        distribution under uniform sampling)."""
+        return steps.counts_by_group(self.cols["observed_score"], self.cols["group"], self.n_groups)
+
+    def policy_context(self) -> steps.ThresholdContext:
         return steps.ThresholdContext(self.obs_fields, tuple(self.group_names), "credit_score",
-                                      self.known_curve, self.rewards, score_counts, family=self.family)
+                                      self.known_curve, self.rewards, self.score_counts, family=self.family)
 
     # -- observations -----------------------------------------------------------------------
     def observe(self, idx: np.ndarray) -> np.ndarray:
@@ -240,11 +263,14 @@ class ScoreLendingWorld(ABC):
             store["repayments"] += np.bincount(gw[repaid], minlength=n)
             store["defaults"] += np.bincount(gw[~repaid], minlength=n)
         lo, hi = self.score_range
+        before = c["score"][won]
         # an applicant drawn twice in one batch gets both changes, then one clip
         np.add.at(c["score"], won, np.where(repaid, self.change_repay, self.change_default))
         np.add.at(c["observed_score"], won, np.where(repaid, self.obs_repay[gw], self.obs_default[gw]))
         c["score"][won] = np.clip(c["score"][won], lo, hi)
         c["observed_score"][won] = np.clip(c["observed_score"][won], lo, hi)
+        if self.hooks:
+            self._after_loan(won, gw, repaid, before)
         kinds = np.where(repaid, EventKind.REPAY, EventKind.DEFAULT).astype(np.int8)
         self.model.log.extend(self.env.now, self.model.episode, won, gw, kinds, 1.0, c["score"][won], np.nan)
         policy = self.model.policy
@@ -273,9 +299,12 @@ class ScoreLendingWorld(ABC):
         for store in (cum, ep):
             store["approvals"][g] += 1
             store[key][g] += 1
-        c["score"][i] = min(hi, max(lo, c["score"].item(i) + (self.change_repay if good else self.change_default)))
+        before = c["score"].item(i)
+        c["score"][i] = min(hi, max(lo, before + (self.change_repay if good else self.change_default)))
         c["observed_score"][i] = min(hi, max(lo, c["observed_score"].item(i) +
                                              (self.obs_repay.item(g) if good else self.obs_default.item(g))))
+        if self.hooks:
+            self._after_loan(np.array([i]), np.array([g]), np.array([good]), np.array([before]))
         log = self.model.log
         if log.enabled:
             log.add(self.env.now, self.model.episode, i, g, EventKind.REPAY if good else EventKind.DEFAULT,
@@ -301,6 +330,13 @@ class ScoreLendingWorld(ABC):
     def mean_scores(self, column: str = "score") -> np.ndarray:
         return np.bincount(self.cols["group"], weights=self.cols[column], minlength=self.n_groups) / self.sizes
 
+    def credit_gap(self, column: str = "score", squared: bool = False) -> float:
+        """The groups' distance on ``column``: W1 (seed 002's "Kantorovich distance"), or W2^2
+        (the squared ground cost) with ``squared``; the largest pair with more than two groups."""
+        c = self.cols
+        gap = steps.credit_gap_w2 if squared else steps.credit_gap
+        return gap(c[column], c["group"], self.n_groups)
+
     def episode_metrics(self, episode: int) -> dict[str, Any]:
         c = self.cols
         mu, mu_obs = self.mean_scores(), self.mean_scores("observed_score")
@@ -312,8 +348,11 @@ class ScoreLendingWorld(ABC):
             row[f"mean_score_{name}"] = mu[g]
         for g, name in enumerate(self.group_names):
             row[f"observed_mean_score_{name}"] = mu_obs[g]
-        row["credit_gap"] = steps.credit_gap(c["score"], c["group"], self.n_groups)
-        row["observed_credit_gap"] = steps.credit_gap(c["observed_score"], c["group"], self.n_groups)
+        row["credit_gap"] = self.credit_gap("score")
+        row["observed_credit_gap"] = self.credit_gap("observed_score")
+        if self.report_w2:
+            row["credit_gap_w2"] = self.credit_gap("score", squared=True)
+            row["observed_credit_gap_w2"] = self.credit_gap("observed_score", squared=True)
         row["return"] = ret
         row["profit"] = ret
         row["cumulative_profit"] = self.cumulative_return

@@ -120,6 +120,59 @@ def credit_gap(scores: np.ndarray, groups: np.ndarray, n_groups: int) -> float:
                       for a, b in itertools.combinations(range(n_groups), 2)), default=0.0))
 
 
+def wasserstein1(a: np.ndarray, b: np.ndarray, wa: np.ndarray | None = None, wb: np.ndarray | None = None) -> float:
+    """1-Wasserstein distance between two (weighted) samples (scipy)."""
+    return float(wasserstein_distance(a, b, wa, wb))
+
+
+def wasserstein2_squared(a: np.ndarray, b: np.ndarray, wa: np.ndarray | None = None,
+                         wb: np.ndarray | None = None) -> float:
+    """Squared 2-Wasserstein distance between the distributions of samples ``a`` and ``b``
+    (optionally weighted by ``wa``, ``wb``): in one dimension the integral over u in (0, 1) of
+    (F_a^-1(u) - F_b^-1(u))^2, computed exactly on the union of the two CDFs' steps."""
+    def cdf(x, w):
+        x = np.asarray(x, float)
+        w = np.ones(len(x)) if w is None else np.asarray(w, float)
+        order = np.argsort(x, kind="stable")
+        x, w = x[order], w[order]
+        keep = w > 0
+        x, w = x[keep], w[keep]
+        return x, np.cumsum(w) / w.sum()
+
+    a, ca = cdf(a, wa)
+    b, cb = cdf(b, wb)
+    ca[-1] = cb[-1] = 1.0
+    upper = np.union1d(ca, cb)
+    lower = np.concatenate([[0.0], upper[:-1]])
+    mid = (lower + upper) / 2  # strictly inside each interval on which both quantiles are constant
+    qa = a[np.minimum(np.searchsorted(ca, mid), len(a) - 1)]
+    qb = b[np.minimum(np.searchsorted(cb, mid), len(b) - 1)]
+    return float(np.sum((upper - lower) * (qa - qb) ** 2))
+
+
+def credit_gap_w2(scores: np.ndarray, groups: np.ndarray, n_groups: int) -> float:
+    """``credit_gap`` with the squared ground cost: W2^2 between the groups' score distributions
+    (the largest over pairs with more than two groups)."""
+    parts = [scores[groups == g] for g in range(n_groups)]
+    if any(len(p) == 0 for p in parts):
+        return float("nan")
+    return float(max((wasserstein2_squared(parts[a], parts[b])
+                      for a, b in itertools.combinations(range(n_groups), 2)), default=0.0))
+
+
+def omit_defaults(section, data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """Drop ``names`` from a section's dump while they hold their defaults (a plain default or a
+    default factory's value), so a field added later leaves the dump, and with it the config
+    hash and the run-folder names, of every run that does not set it unchanged."""
+    fields = type(section).model_fields
+    for name in names:
+        info = fields[name]
+        default = info.default_factory() if info.default_factory is not None else info.default
+        if name in data and getattr(section, name) == default:
+            del data[name]
+    return data
+
+
 def unit_step_arrivals(world, pick: Callable[[np.random.Generator], int | None],
                        before_submit: Callable[[int, np.random.Generator], None]):
     """The arrival process: one application per unit step (or rate-1 Poisson), decided on

@@ -1,8 +1,11 @@
 """Seed 002's result tables (Tables 1, 2 and 5) from a finished study: mean ± 95% CI per method.
 
 Each run contributes its final-episode row (seed 002: "evaluated at the end of the training";
-Avg. Return is the run's cumulative return over its whole evaluation horizon). The interval is
-the Student-t 95% interval of the mean over the study's seeded replicates. The table form is
+Avg. Return is the run's cumulative return over its whole evaluation horizon), averaged with the
+final rows of its further evaluation episodes where the policy ran some (``eval_episodes``:
+``runs/<run>/policy/evaluations.json``; seed 002: "10 seeds and 5 evaluation episodes per
+seed"). The interval is the Student-t 95% interval of the mean over the study's seeded
+replicates (one value per seed: the mean over its evaluation episodes). The table form is
 chosen from the metrics the family reports: lending (credit gap and recalls), admissions
 (social burden and recalls), more than two groups (recall mean, SD and gap). ``abm report`` writes
 them as ``report/seed_tables.md`` for every study whose runs carry a recall gap; ``figures`` gives
@@ -54,26 +57,69 @@ def table_columns(final: pd.DataFrame) -> list[tuple[str, pd.Series]]:
         cols += [(f"Soc. Bdn. ({c.removeprefix('social_burden_')})", final[c]) for c in burdens]
     elif "credit_gap" in final:  # Table 1: lending
         cols.append(("Credit Gap", final["credit_gap"]))
+        if "credit_gap_w2" in final and final["credit_gap_w2"].notna().any():  # metrics.credit_gap_w2
+            cols.append(("Credit Gap (W2²)", final["credit_gap_w2"]))
     cols += [(f"Recall ({c.removeprefix('recall_')})", final[c]) for c in recalls]
     if "recall_gap" in final:
         cols.append(("Recall Gap", final["recall_gap"]))
     return cols
 
 
-def seed_tables(study: pd.DataFrame) -> str:
-    """Markdown: one table per study group, one row per configuration (method)."""
+EVALUATIONS = Path("policy") / "evaluations.json"
+
+
+def evaluation_rows(folder: str | Path | None, run_id: str) -> list[dict]:
+    """The final rows of a run's further evaluation episodes (none when it ran only its own)."""
+    if folder is None:
+        return []
+    path = Path(folder) / "runs" / str(run_id) / EVALUATIONS
+    if not path.is_file():
+        return []
+    import json
+
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def with_evaluations(final: pd.DataFrame, folder: str | Path | None) -> pd.DataFrame:
+    """``final`` (one row per run) with every numeric metric replaced by its mean over the run's
+    evaluation episodes (its own final row and those of ``evaluations.json``) and a column
+    ``eval_episodes`` counting them."""
+    out = final.copy()
+    out["eval_episodes"] = 1
+    numeric = [c for c in final.columns if pd.api.types.is_numeric_dtype(final[c]) and not pd.api.types.is_bool_dtype(final[c])
+               and c not in ("episode", "seed")]
+    out[numeric] = out[numeric].astype(float)
+    for index, row in final.iterrows():
+        extra = evaluation_rows(folder, row["run_id"]) if "run_id" in final.columns else []
+        if not extra:
+            continue
+        frame = pd.DataFrame([row[numeric].to_dict()] + [{c: r.get(c) for c in numeric} for r in extra])
+        out.loc[index, numeric] = frame.apply(pd.to_numeric, errors="coerce").mean(skipna=True)
+        out.loc[index, "eval_episodes"] = len(frame)
+    return out
+
+
+def seed_tables(study: pd.DataFrame, folder: str | Path | None = None) -> str:
+    """Markdown: one table per study group, one row per configuration (method). With the study's
+    ``folder``, each run's value is its mean over its evaluation episodes (``with_evaluations``)."""
     if study.empty or "recall_gap" not in study.columns:
         return ""
     last = study.groupby("run_id", sort=False)["episode"].transform("max")
-    final = study[study["episode"] == last]
+    final = with_evaluations(study[study["episode"] == last], folder)
     lines = ["# Seed 002 tables", "",
-             "Final episode of every run; mean ± 95% CI (Student t) over the seeded replicates.", ""]
+             "Final episode of every run (the mean over its evaluation episodes where it ran several: column "
+             "Eval.); mean ± 95% CI (Student t) over the seeded replicates.", ""]
     for group, part in final.groupby("group", sort=False):
         cols = table_columns(part)
-        header = ["Method", "Runs", *[h for h, _ in cols]]
+        header = ["Method", "Runs", "Eval.", *[h for h, _ in cols]]
         lines += [f"## {group}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for config, rows in part.groupby("config", sort=False):
-            cells = [str(config), str(len(rows))]
+            ev = rows["eval_episodes"].astype(int)
+            cells = [str(config), str(len(rows)), str(ev.iloc[0]) if ev.nunique() == 1 else f"{ev.min()}-{ev.max()}"]
             for _, series in cols:
                 cells.append(_fmt(*mean_ci(series.loc[rows.index].astype(float))))
             lines.append("| " + " | ".join(cells) + " |")
@@ -145,7 +191,7 @@ def applies(folder: str | Path) -> bool:
 def write(folder: str | Path, out: str | Path) -> list[Path]:
     """Write ``seed_tables.md`` beside a study report when the runs carry recall metrics."""
     study = _study(folder)
-    text = seed_tables(study) if study is not None else ""
+    text = seed_tables(study, folder) if study is not None else ""
     if not text:
         return []
     target = Path(out) / "seed_tables.md"

@@ -6,19 +6,21 @@ approved repayers / repayers of group g, counted from the true outcomes in ``inf
 ``v_t = min(0, omega - Delta_t)`` (a penalty once the gap exceeds omega) and
 ``div_t = min(0, -1[Delta_t > omega] (Delta_t - Delta_{t-1}))`` (a penalty for widening it);
 the advantage becomes ``b0 mm(A) + b1 mm(v) + b2 mm(div)``, mm = min-max scaling, before the
-usual normalisation. Defaults b0 = 1, b1 = b2 = 0.25, omega = 0.005 (the reference's). The
-reference min-max scales each minibatch; here each rollout (the minibatches are then drawn
-from it), so the three terms share one scale per update.
+usual normalisation. Defaults b0 = 1, b1 = b2 = 0.25, omega = 0.005 (the reference's).
+``normalize: rollout`` (the default, unchanged since the first version) min-max scales over the
+whole rollout; ``minibatch`` (the reference's) over each minibatch, then the learner's usual
+per-minibatch standardisation.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_serializer, model_validator
 
 from policies.deep.common import DeepLender
+from policies.deep.elbert_po import bind_minibatch, check_minibatch_backend
 from policies.deep.learner import RolloutContext
 from policies.deep.ppo import PPOLearner, PPOParams
 
@@ -28,6 +30,21 @@ class APPOParams(PPOParams):
     beta_0: float = Field(1.0, ge=0, le=1e6, description="Weight of the task advantage.")
     beta_1: float = Field(0.25, ge=0, le=1e6, description="Weight of the gap penalty v_t.")
     beta_2: float = Field(0.25, ge=0, le=1e6, description="Weight of the gap-widening penalty div_t.")
+    normalize: Literal["rollout", "minibatch"] = Field("rollout", description=(
+        "Where the three terms are min-max scaled: over the rollout, or over each minibatch (the reference)."))
+
+    @model_validator(mode="after")
+    def _minibatch_needs_sb3(self) -> "APPOParams":
+        check_minibatch_backend(self)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """``normalize`` is left out of the dump at its default (older runs keep their identities)."""
+        data = super()._dump(handler)
+        if isinstance(data, dict) and self.normalize == "rollout":
+            data.pop("normalize", None)
+        return data
 
 
 def min_max(x: np.ndarray) -> np.ndarray:
@@ -48,6 +65,17 @@ class RecallGapTracker:
         self.tp = np.zeros(n_groups)
         self.pos = np.zeros(n_groups)
         self.prev = 0.0
+        self.stash: tuple | None = None  # normalize: minibatch: the rollout's (A, v, div)
+
+    def bind_learner(self, learner) -> None:
+        """``normalize: minibatch``: the learner hands each minibatch to ``minibatch``."""
+        if self.p.normalize == "minibatch":
+            bind_minibatch(learner, self.minibatch, renormalize=True)
+
+    def minibatch(self, rows: np.ndarray, adv: np.ndarray) -> np.ndarray:
+        a, v, div = self.stash
+        p = self.p
+        return p.beta_0 * min_max(a[rows]) + p.beta_1 * min_max(v[rows]) + p.beta_2 * min_max(div[rows])
 
     def gap(self) -> float:
         seen = self.pos > 0
@@ -76,6 +104,9 @@ class RecallGapTracker:
     def __call__(self, adv: np.ndarray, rec: dict[str, np.ndarray], ctx: RolloutContext) -> np.ndarray:
         v, div = self.penalties(rec)
         p = self.p
+        if p.normalize == "minibatch":  # scaled per minibatch by ``minibatch``
+            self.stash = (np.asarray(adv, float), v, div)
+            return adv
         return p.beta_0 * min_max(adv) + p.beta_1 * min_max(v) + p.beta_2 * min_max(div)
 
     def state(self) -> dict[str, Any]:

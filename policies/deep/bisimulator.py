@@ -12,28 +12,42 @@ M iterations is one pass over the pairs in minibatches of 64.
 Observation dynamics (§4.2, L8-13). omega is the family's agent-side lever (lending:
 group-specific observed score changes c+/c-; admissions: group-specific manipulation costs),
 bounded to [0, omega_scale * true] per sign. Each of the N One-Plus-One (nevergrad) iterations
-collects a dataset with the current policy under a candidate omega (``dynamics_rollout``
-decisions from a fixed seed: common random numbers, so candidates differ only by omega), fits
-the Gaussian dynamics model T_psi(s' | s, a, g) (an MLP giving mean and log-sd of the decided
-applicant's next observation, group column excluded) by maximum likelihood, and scores
+collects a dataset D with the current policy under a candidate omega (L9), fits the Gaussian
+dynamics model T_psi(s' | s, a, g) (an MLP giving mean and log-sd of the decided applicant's
+next observation, group column excluded) by maximum likelihood (L10), and scores
 ``J_dyn = gamma * mean W2`` over quantile-matched pairs with the closed form of Eq. 11 for
-diagonal Gaussians. T_psi is never sampled, so the straight-through estimator of D.1 has no
-role here. omega only changes what the agent sees (the world's observation seam); the true
+diagonal Gaussians (L11). T_psi is never sampled, so the straight-through estimator of D.1 has
+no role here. omega only changes what the agent sees (the world's observation seam); the true
 dynamics are untouched.
+
+Common random numbers (``PhaseDraws``). All candidates of one phase share every random number:
+the probe simulations' seeds, the uniform numbers that turn the policy's P(approve) into actions
+(a generator of the phase, never torch's global one), the quantile pairing's tie-breaks and
+pair positions, T_psi's warm start and minibatch order. J_dyn of one omega is therefore the same
+number whenever it is evaluated in the phase, and two candidates differ only by omega.
+
+Probes (L9: "Collect dataset D of trajectories using pi_theta"). With ``probe_start: live`` (the
+default) every probe simulation starts from the training world as it is when the phase runs
+(scores, histories, who is still in the pool: the world's ``copy_state_from``), under the
+candidate's omega; ``fresh`` starts from a newly generated population instead. The
+``dynamics_rollout`` decisions are split over ``probe_envs`` simulations stepped side by side,
+so each step is one batched policy forward.
 
 Outer loop (L2-17). Every ``outer_steps`` decisions (one PPO rollout, K = 1 update) D is the
 rollout just collected; M reward iterations run on it; in the full variant a dynamics phase of
-N iterations runs every ``dynamics_every`` outer iterations (Table 8's N = 300 per outer
-iteration would cost 300 rollouts per PPO update; see docs/MODEL.md); the new phi and omega
-shape the rewards and observations from the next decision on (the policy update at iteration k
-uses the rollout collected under phi_{k-1}, omega_{k-1}).
+N iterations runs every ``dynamics_every`` outer iterations (Table 8: every iteration; the
+cost and the default are in docs/MODEL.md); the new phi and omega shape the rewards and
+observations from the next decision on (the policy update at iteration k uses the rollout
+collected under phi_{k-1}, omega_{k-1}).
 """
 
 from __future__ import annotations
 
-import copy
+import inspect
+import math
 import warnings
-from typing import Any, Callable, ClassVar, Literal
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Literal, Protocol, runtime_checkable
 
 import gymnasium
 import numpy as np
@@ -48,14 +62,24 @@ from policies.deep.dqn import DQNLearner, DQNParams
 from policies.deep.learner import Learner, records_arrays
 from policies.deep.ppo import PPOLearner, PPOParams
 
+SEED_BOUND = 2**31 - 1
+
 
 class BisimFields(BaseModel):
     variant: Literal["full", "reward_only"] = Field("full", description="Optimise reward and observation dynamics, or the reward only.")
     reward_iterations: int = Field(1, ge=0, le=1000, description="M: reward optimisation iterations per outer iteration (Table 8).")
     dynamics_iterations: int = Field(300, ge=1, le=100_000, description="N: One-Plus-One iterations per dynamics phase (Table 8).")
     outer_steps: int = Field(512, ge=16, le=10**7, description="Decisions per outer iteration (K = 1 PPO update of 512).")
-    dynamics_every: int = Field(10, ge=1, le=10**6, description="Outer iterations between dynamics phases (the first runs at once).")
+    dynamics_every: int = Field(10, ge=1, le=10**6, description=(
+        "Outer iterations between dynamics phases (the first runs at once; Table 8: 1, measured unaffordable "
+        "on two cores, see docs/MODEL.md)."))
     dynamics_rollout: int = Field(256, ge=16, le=10**6, description="Decisions collected per candidate omega.")
+    probe_envs: int = Field(8, ge=1, le=1024, description=(
+        "Probe simulations stepped side by side per candidate (the rollout is split over them; one batched "
+        "policy forward per step)."))
+    probe_start: Literal["live", "fresh"] = Field("live", description=(
+        "live: probes start from the training world's current state (Algorithm 1 L9); fresh: from a newly "
+        "generated population."))
     omega_scale: float = Field(2.0, gt=0, le=100, description="omega is bounded to [0, omega_scale * true value] per sign.")
     reward_lr: float = Field(1e-3, gt=0, le=1, description="Adam learning rate of R_phi.")
     dynamics_lr: float = Field(1e-3, gt=0, le=1, description="Adam learning rate of T_psi.")
@@ -88,31 +112,72 @@ def with_omega(scenario, spec: Lever, omega: np.ndarray):
     return scenario.model_copy(update=update)
 
 
+@runtime_checkable
+class LiveState(Protocol):
+    """A world whose mutable state (scores, histories, pool) can be copied from a live world of
+    the same scenario: the probes of a dynamics phase start from the training state."""
+
+    def copy_state_from(self, other) -> None: ...
+
+
 # -- quantile matching ----------------------------------------------------------------------------
 def quantile_pairs(score: np.ndarray, group: np.ndarray, n_groups: int, quantiles: int,
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Index pairs (i, j) across every pair of groups, matched within the same quantile bin."""
-    bins = np.full(len(score), -1)
+    """Index pairs (i, j) across every pair of groups, matched within the same quantile bin.
+
+    Within each group the samples are ranked by ``score`` (ties broken by uniform keys) and cut
+    into ``quantiles`` bins of equal count; within a bin, each pair takes one rank of each side
+    uniformly at random (as many pairs as the larger side). The draws come from ``rng`` in a
+    fixed order and their number depends only on the group counts, so one ``rng`` state pairs the
+    same *ranks* whatever the scores (``QuantilePairing``)."""
+    tie = rng.random(len(score))
+    ranked = []  # per group: its members in rank order, and each rank's bin
     for g in range(n_groups):
         members = np.nonzero(group == g)[0]
-        if len(members) == 0:
-            continue
-        order = members[np.lexsort((rng.random(len(members)), score[members]))]
-        bins[order] = (np.arange(len(order)) * quantiles) // len(order)
+        order = members[np.lexsort((tie[members], score[members]))]
+        ranked.append((order, (np.arange(len(order)) * quantiles) // max(len(order), 1)))
     left, right = [], []
     for a in range(n_groups):
         for b in range(a + 1, n_groups):
             for q in range(quantiles):
-                ia = np.nonzero((group == a) & (bins == q))[0]
-                ib = np.nonzero((group == b) & (bins == q))[0]
+                ia = ranked[a][0][ranked[a][1] == q]
+                ib = ranked[b][0][ranked[b][1] == q]
                 if len(ia) == 0 or len(ib) == 0:
                     continue
                 m = max(len(ia), len(ib))
-                left.append(rng.choice(ia, m))
-                right.append(rng.choice(ib, m))
+                left.append(ia[np.minimum((rng.random(m) * len(ia)).astype(np.int64), len(ia) - 1)])
+                right.append(ib[np.minimum((rng.random(m) * len(ib)).astype(np.int64), len(ib) - 1)])
     if not left:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     return np.concatenate(left), np.concatenate(right)
+
+
+class QuantilePairing:
+    """The quantile pairing of one dynamics phase: its random numbers are drawn once (from
+    ``seed``) and reused for every candidate, so candidates are paired alike."""
+
+    def __init__(self, seed: int, n_groups: int, quantiles: int):
+        self.seed, self.G, self.q = int(seed), n_groups, quantiles
+
+    def __call__(self, score: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return quantile_pairs(score, group, self.G, self.q, np.random.default_rng(self.seed))
+
+
+@dataclass(frozen=True)
+class PhaseDraws:
+    """Every random number a dynamics phase shares across its candidates (common random numbers)."""
+
+    probe_seeds: tuple[int, ...]  # one root seed per probe simulation
+    warm_seeds: tuple[int, ...]  # the warm start's probes (other seeds: no candidate is favoured)
+    action_seed: int  # the uniform numbers that turn P(approve) into actions
+    fit_seed: int  # T_psi's minibatch order
+    pairing: QuantilePairing
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, n_probes: int, n_groups: int, quantiles: int) -> "PhaseDraws":
+        seeds = rng.integers(0, SEED_BOUND, size=2 * n_probes + 3)
+        return cls(tuple(int(s) for s in seeds[:n_probes]), tuple(int(s) for s in seeds[n_probes:2 * n_probes]),
+                   int(seeds[-3]), int(seeds[-2]), QuantilePairing(int(seeds[-1]), n_groups, quantiles))
 
 
 def _mlp(n_in: int, hidden: int, n_out: int, zero_last: bool = False) -> torch.nn.Module:
@@ -125,6 +190,72 @@ def _mlp(n_in: int, hidden: int, n_out: int, zero_last: bool = False) -> torch.n
 
 def _inputs(obs: np.ndarray, action: np.ndarray, group: np.ndarray, n_groups: int) -> torch.Tensor:
     return torch.as_tensor(np.hstack([obs, np.eye(2)[action], np.eye(n_groups)[group]]), dtype=torch.float32)
+
+
+class GaussianModel:
+    """T_psi(s' | s, a, g): one tanh hidden layer giving the mean (a residual on s) and the log-sd
+    of a diagonal Gaussian over the next observation, trained by maximum likelihood with Adam.
+
+    Written in numpy (forward, gradient and Adam by hand) because it is tiny and refitted for
+    every candidate of every dynamics phase: at this size a torch step is mostly call overhead.
+    Initialisation as torch's ``nn.Linear`` (uniform +-1/sqrt(fan_in)), the last layer zero (so
+    the first model predicts "nothing changes", log-sd 0); Adam as ``torch.optim.Adam``
+    (betas 0.9/0.999, eps 1e-8, bias-corrected); log-sd clamped to [-5, 2] (no gradient outside).
+    """
+
+    LOG_SD = (-5.0, 2.0)
+
+    def __init__(self, n_in: int, hidden: int, k: int, lr: float, rng: np.random.Generator):
+        bound = 1.0 / math.sqrt(n_in)
+        self.params = {"W1": rng.uniform(-bound, bound, (n_in, hidden)), "b1": rng.uniform(-bound, bound, hidden),
+                       "W2": np.zeros((hidden, 2 * k)), "b2": np.zeros(2 * k)}
+        self.k, self.lr = k, lr
+        self.reset_optimizer()
+
+    def reset_optimizer(self) -> None:
+        self.m = {n: np.zeros_like(v) for n, v in self.params.items()}
+        self.v = {n: np.zeros_like(v) for n, v in self.params.items()}
+        self.t = 0
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {n: v.copy() for n, v in self.params.items()}
+
+    def load(self, state: dict[str, np.ndarray]) -> None:
+        self.params = {n: v.copy() for n, v in state.items()}
+        self.reset_optimizer()
+
+    def predict(self, x: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, log_sd) of the next observation for inputs ``x`` and current observation ``base``."""
+        p, k = self.params, self.k
+        out = np.tanh(x @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
+        return base + out[:, :k], np.clip(out[:, k:], *self.LOG_SD)
+
+    def step(self, x: np.ndarray, base: np.ndarray, target: np.ndarray) -> float:
+        """One Adam step on the mean negative log-likelihood (constant dropped) of a minibatch."""
+        p, k, n = self.params, self.k, len(x)
+        h = np.tanh(x @ p["W1"] + p["b1"])
+        out = h @ p["W2"] + p["b2"]
+        raw = out[:, k:]
+        log_sd = np.clip(raw, *self.LOG_SD)
+        inv_var = np.exp(-2.0 * log_sd)
+        err = target - (base + out[:, :k])
+        loss = float(np.mean(np.sum(0.5 * err**2 * inv_var + log_sd, axis=1)))
+        d_out = np.empty_like(out)
+        d_out[:, :k] = -err * inv_var / n
+        inside = (raw >= self.LOG_SD[0]) & (raw <= self.LOG_SD[1])
+        d_out[:, k:] = (1.0 - err**2 * inv_var) / n * inside
+        d_h = (d_out @ p["W2"].T) * (1.0 - h**2)
+        grads = {"W2": h.T @ d_out, "b2": d_out.sum(0), "W1": x.T @ d_h, "b1": d_h.sum(0)}
+        self.t += 1
+        c1, c2 = 1.0 - 0.9**self.t, 1.0 - 0.999**self.t
+        for name, g in grads.items():
+            m, v = self.m[name], self.v[name]
+            m *= 0.9
+            m += 0.1 * g
+            v *= 0.999
+            v += 0.001 * g * g
+            p[name] -= (self.lr / c1) * m / (np.sqrt(v) / math.sqrt(c2) + 1e-8)
+        return loss
 
 
 class Bisimulator:
@@ -141,20 +272,29 @@ class Bisimulator:
         d = len(obs_fields)
         self.reward_net = _mlp(d + 2 + n_groups, p.model_hidden, 1, zero_last=True)
         self.reward_opt = torch.optim.Adam(self.reward_net.parameters(), lr=p.reward_lr)
-        self.dyn_net = _mlp(d + 2 + n_groups, p.model_hidden, 2 * len(self.keep), zero_last=True)
-        self.dyn_opt = torch.optim.Adam(self.dyn_net.parameters(), lr=p.dynamics_lr)
+        self._mirror_reward()
         self.rng = np.random.default_rng(seed)
+        # T_psi's initial weights from a stream of their own: ``rng`` draws the phases' seeds
+        self.dynamics = GaussianModel(d + 2 + n_groups, p.model_hidden, len(self.keep), p.dynamics_lr,
+                                      np.random.default_rng([seed, 1]))
         self.seed = seed
         self.omega: np.ndarray | None = None
         self.last_j_dyn: float | None = None  # J_dyn of the last dynamics phase's best omega
         self.history: list[dict[str, float]] = []
 
     # -- reward ---------------------------------------------------------------------------
+    def _mirror_reward(self) -> None:
+        """A numpy copy of R_phi's weights: ``correction`` runs once per training decision, and a
+        torch call per decision costs more than the decision."""
+        net = self.reward_net
+        self._reward_w = tuple(t.detach().numpy().astype(np.float64).copy()
+                               for t in (net[0].weight.T, net[0].bias, net[2].weight.T, net[2].bias))
+
     def correction(self, obs: np.ndarray, action: np.ndarray, group: np.ndarray) -> np.ndarray:
         """alpha * R_phi(s, a, g) for a batch."""
-        with torch.no_grad():
-            out = self.reward_net(_inputs(obs, action, group, self.G)).squeeze(-1).numpy()
-        return self.p.reward_alpha * out.astype(float)
+        W1, b1, W2, b2 = self._reward_w
+        x = np.hstack([np.asarray(obs, float), np.eye(2)[action], np.eye(self.G)[group]])
+        return self.p.reward_alpha * (np.tanh(x @ W1 + b1) @ W2 + b2)[:, 0]
 
     def _pairs(self, data):
         return quantile_pairs(data["obs"][:, self.score_col], data["group"], self.G, self.p.quantiles, self.rng)
@@ -184,80 +324,113 @@ class Bisimulator:
             self.reward_opt.zero_grad()
             loss.backward()
             self.reward_opt.step()
+        self._mirror_reward()
 
     # -- dynamics -------------------------------------------------------------------------
-    def _gaussian(self, data) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.dyn_net(_inputs(data["obs"], data["action"], data["group"], self.G))
-        k = len(self.keep)
-        mean = torch.as_tensor(data["obs"][:, self.keep]) + out[:, :k]  # residual: s' = s + delta
-        log_sd = out[:, k:].clamp(-5.0, 2.0)
-        return mean, log_sd
+    def _model_inputs(self, data) -> tuple[np.ndarray, np.ndarray]:
+        x = np.hstack([data["obs"], np.eye(2)[data["action"]], np.eye(self.G)[data["group"]]]).astype(float)
+        return x, data["obs"][:, self.keep].astype(float)
+
+    def _gaussian(self, data) -> tuple[np.ndarray, np.ndarray]:
+        """T_psi's (mean, log_sd) of every decision's next observation."""
+        return self.dynamics.predict(*self._model_inputs(data))
 
     def fit_dynamics(self, data, epochs: int = 5, batch: int = 64, rng: np.random.Generator | None = None) -> None:
         """Maximum likelihood of the decided applicants' next observations (L10)."""
-        target = torch.as_tensor(data["next_obs"][:, self.keep])
+        x, base = self._model_inputs(data)
+        target = data["next_obs"][:, self.keep].astype(float)
         n = len(target)
         rng = self.rng if rng is None else rng
         for _ in range(epochs):
             order = rng.permutation(n)
             for s in range(0, n, batch):
-                k = order[s:s + batch]
-                sub = {key: data[key][k] for key in ("obs", "action", "group")}
-                mean, log_sd = self._gaussian(sub)
-                nll = (((target[k] - mean) / log_sd.exp()) ** 2 / 2 + log_sd).sum(dim=1).mean()
-                self.dyn_opt.zero_grad()
-                nll.backward()
-                self.dyn_opt.step()
+                idx = order[s:s + batch]
+                self.dynamics.step(x[idx], base[idx], target[idx])
 
-    def j_dyn(self, data) -> float:
-        """gamma * mean W2 between the model's next-state Gaussians of matched pairs (L11, Eq. 11)."""
-        i, j = self._pairs(data)
+    def j_dyn(self, data, pairing: Callable[[np.ndarray, np.ndarray], tuple] | None = None) -> float:
+        """gamma * mean W2 between the model's next-state Gaussians of matched pairs (L11, Eq. 11);
+        ``pairing(score, group)`` is the phase's fixed pairing (None: drawn from the own stream)."""
+        i, j = self._pairs(data) if pairing is None else pairing(data["obs"][:, self.score_col], data["group"])
         if len(i) == 0:
             return 0.0
-        with torch.no_grad():
-            mean, log_sd = self._gaussian(data)
-            sd = log_sd.exp()
-            w2 = ((mean[i] - mean[j]) ** 2).sum(1) + ((sd[i] - sd[j]) ** 2).sum(1)
-        return float(self.gamma * w2.sqrt().mean())
+        mean, log_sd = self._gaussian(data)
+        sd = np.exp(log_sd)
+        w2 = ((mean[i] - mean[j]) ** 2).sum(1) + ((sd[i] - sd[j]) ** 2).sum(1)
+        return float(self.gamma * np.sqrt(w2).mean())
 
-    def dynamics_phase(self, collect: Callable[[np.ndarray, int], dict], spec: Lever,
-                       fit_epochs: int = 15) -> np.ndarray:
+    def evaluate(self, omega: np.ndarray, collect: Callable[[np.ndarray, "PhaseDraws", bool], dict],
+                 draws: "PhaseDraws", snapshot: dict, fit_epochs: int) -> float:
+        """J_dyn of one candidate: its dataset (the phase's seeds), T_psi refitted from the phase's
+        warm start with the phase's minibatch order, the phase's pairing. Deterministic given
+        ``draws`` and ``snapshot``."""
+        data = collect(omega, draws, False)
+        self.dynamics.load(snapshot)
+        self.fit_dynamics(data, epochs=fit_epochs, rng=np.random.default_rng(draws.fit_seed))
+        return self.j_dyn(data, draws.pairing)
+
+    def dynamics_phase(self, collect: Callable[[np.ndarray, "PhaseDraws", bool], dict], spec: Lever,
+                       fit_epochs: int = 15, n_probes: int = 1) -> np.ndarray:
         """N One-Plus-One iterations over omega (L8-13); returns the best omega seen.
 
-        ``collect(omega, seed)`` returns a dataset of the current policy under ``omega``. All
-        candidates share one rollout seed, one warm start of T_psi (fitted on a dataset of
-        another seed, so no candidate is favoured) and one minibatch order: their J_dyn differ
-        by omega, not by sampling or fitting noise.
+        ``collect(omega, draws, warm)`` returns a dataset of the current policy under ``omega``
+        from the phase's probe seeds (``warm``: its warm-start seeds). Every candidate shares the
+        phase's draws (``PhaseDraws``) and T_psi's warm start (fitted on a dataset of the
+        warm-start seeds, so no candidate is favoured): their J_dyn differ by omega alone.
         """
         import nevergrad as ng  # here, not at the top: a 4 s import, and `abm policies` imports this module
 
+        if len(inspect.signature(collect).parameters) == 2:  # an older collect(omega, seed): one seed per phase
+            legacy = collect
+
+            def collect(omega, draws, warm):
+                return legacy(omega, draws.probe_seeds[0] + int(warm))
         start = np.clip(spec.init if self.omega is None else self.omega, spec.low, spec.high)
-        seed = int(self.rng.integers(2**31 - 1))
-        self.fit_dynamics(collect(start, seed + 1), epochs=fit_epochs)
+        phase_seed, search_seed = (int(x) for x in self.rng.integers(SEED_BOUND, size=2))
+        draws = PhaseDraws.draw(np.random.default_rng(phase_seed), n_probes, self.G, self.p.quantiles)
+        self.fit_dynamics(collect(start, draws, True), epochs=fit_epochs, rng=np.random.default_rng(draws.fit_seed))
         with warnings.catch_warnings():  # nevergrad warns about its default sigma, replaced just below
             warnings.simplefilter("ignore")
             param = ng.p.Array(init=start).set_bounds(spec.low, spec.high)
         param.set_mutation(sigma=float(np.min(spec.high - spec.low)) / 6.0)  # 3 sigma inside the box
-        param.random_state = np.random.RandomState(int(self.rng.integers(2**31 - 1)))
+        param.random_state = np.random.RandomState(search_seed)
         opt = ng.optimizers.OnePlusOne(parametrization=param, budget=self.p.dynamics_iterations)
         # every candidate's T_psi starts from the same warm-started weights, so J_dyn compares
         # omegas rather than how long the model has been training
-        snapshot = copy.deepcopy(self.dyn_net.state_dict())
+        snapshot = self.dynamics.state()
         best, best_loss = start, np.inf
         for _ in range(self.p.dynamics_iterations):
             cand = opt.ask()
             omega = np.asarray(cand.value, dtype=float)
-            data = collect(omega, seed)
-            self.dyn_net.load_state_dict(snapshot)
-            self.dyn_opt = torch.optim.Adam(self.dyn_net.parameters(), lr=self.p.dynamics_lr)
-            self.fit_dynamics(data, epochs=fit_epochs, rng=np.random.default_rng(seed))
-            loss = self.j_dyn(data)
+            loss = self.evaluate(omega, collect, draws, snapshot, fit_epochs)
             opt.tell(cand, loss)
             if loss < best_loss:
                 best, best_loss = omega, loss
+        self.dynamics.load(snapshot)  # the next phase warm-starts from this phase's warm start
         self.omega = best
         self.last_j_dyn = float(best_loss)
         return self.omega
+
+
+# -- probe rollouts -------------------------------------------------------------------------------
+class ProbeEnv(AbmEnv):
+    """The adapter of a probe simulation: with ``source`` set, every new simulation takes over
+    the source world's state (scores, histories, pool) before its clock starts."""
+
+    source = None  # the live training world, or None (a freshly generated population)
+
+    def _new_sim(self, seed: int) -> None:
+        super()._new_sim(seed)
+        if self.source is not None:
+            self.sim.world.copy_state_from(self.source)
+
+
+def behaviour_probs(learner: Learner, obs: np.ndarray) -> np.ndarray:
+    """P(approve) of the learner's behaviour policy per observation row: PPO's pi(approve | s);
+    DQN's epsilon-greedy (greedy w.p. 1 - eps, uniform w.p. eps), eps its current exploration rate."""
+    with torch.no_grad():
+        p = np.asarray(learner.approve_prob(np.asarray(obs, dtype=np.float32)), dtype=float)
+    eps = float(learner.exploration_rate)  # the Learner protocol's: 0 for PPO
+    return (1.0 - eps) * p + 0.5 * eps
 
 
 # -- the Bisimulator as a component of a DeepLender ------------------------------------------------
@@ -283,8 +456,9 @@ class BisimTrainer:
     corrected reward; the learner trains on it and hands every step's decision records to
     ``on_step``; every ``outer_steps`` decisions an outer iteration runs on the records just
     collected (the reward phase, and in the full variant every ``dynamics_every`` iterations the
-    dynamics phase, whose rollouts ask the learner for actions). The learned omega is applied to
-    the training world at once, and to the evaluation world by ``configure_world``.
+    dynamics phase, whose probe rollouts ask the learner for P(approve) and start from the
+    training world's current state). The learned omega is applied to the training world at
+    once, and to the evaluation world by ``configure_world``.
     """
 
     def __init__(self, params, seed: int, learner: Learner):
@@ -294,10 +468,11 @@ class BisimTrainer:
         self.bisim: Bisimulator | None = None  # built by attach() (training only, not when loading)
         self.spec: Lever | None = None  # the full variant's omega: start, bounds, scenario fields
         self.raw_env: AbmEnv | None = None  # the training adapter under the reward wrapper
-        self.probe_env: AbmEnv | None = None  # the dynamics rollouts' env, made on the first one
+        self.probe_envs: list[ProbeEnv] = []  # the probe simulations' adapters, made on the first phase
         self.loaded_omega: np.ndarray | None = None  # omega of a loaded model (config.json)
         self.records: list[dict[str, Any]] = []  # decisions of the current outer iteration
         self.iteration = 0
+        self.phase_seconds: list[float] = []  # wall time of each dynamics phase (benchmarks, MODEL.md)
 
     def attach(self, env: AbmEnv) -> CorrectedReward:
         p = self.p
@@ -314,24 +489,92 @@ class BisimTrainer:
             self.records = []
             self.iteration += 1
 
-    def collect(self, omega: np.ndarray, steps: int, seed: int) -> dict[str, np.ndarray]:
-        """A dataset of ``steps`` decisions by the current policy with the agent seeing ``omega``."""
-        if self.probe_env is None:
-            self.probe_env = AbmEnv(self.raw_env.scenario, sim_episodes=10**6)
-        env = self.probe_env
-        env.scenario = with_omega(self.raw_env.scenario, self.spec, omega)
-        obs, _ = env.reset(seed=seed)
+    def _probes(self, n: int) -> list[ProbeEnv]:
+        while len(self.probe_envs) < n:
+            self.probe_envs.append(ProbeEnv(self.raw_env.scenario, sim_episodes=10**6))
+        return self.probe_envs[:n]
+
+    def live_world(self):
+        """The training world the probes start from (None: start from a fresh population)."""
+        world = None if self.raw_env is None or self.raw_env.sim is None else self.raw_env.sim.world
+        return world if self.p.probe_start == "live" and isinstance(world, LiveState) else None
+
+    def rollout(self, omega: np.ndarray, steps: int, seeds: tuple[int, ...], action_seed: int) -> dict[str, np.ndarray]:
+        """``steps`` decisions (split over ``len(seeds)`` probe simulations stepped side by side,
+        rounded up to a whole number per simulation) by the current policy with the agent seeing
+        ``omega``. Simulation b runs with root seed ``seeds[b]``; actions are ``u < P(approve)``
+        with ``u`` from a generator seeded by ``action_seed``: the same seeds give the same
+        numbers to every candidate. A probe that runs out of decisions (admissions: pool empty)
+        or time restarts from the same start state with the next seed of its own stream."""
+        envs = self._probes(len(seeds))
+        scenario = with_omega(self.raw_env.scenario, self.spec, omega)
+        source = self.live_world()
+        per_env = math.ceil(steps / len(envs))
+        # a probe simulation long enough for its decisions (one application per unit of time),
+        # so one whose world has nobody left to decide ends soon instead of idling for ages
+        probe_episodes = max(1, math.ceil((per_env + 1) / float(scenario.episodes.horizon)))
+        u = np.random.default_rng(action_seed).random((per_env, len(envs)))
+        obs = np.empty((len(envs), len(self.raw_env.obs_fields)), np.float32)
+        restart = [np.random.default_rng(s) for s in seeds]
+        for b, (env, seed) in enumerate(zip(envs, seeds)):
+            env.scenario, env.source, env.sim_episodes = scenario, source, probe_episodes
+            obs[b] = self._reset(env, seed, restart[b])
         records = []
-        for _ in range(steps):
-            obs, _, _, truncated, info = env.step(self.learner.predict(obs, deterministic=False))
-            rec = dict(info["decided"])
-            rec["done"] = truncated
-            records.append(rec)
-            if truncated:
-                obs, _ = env.reset()
+        for t in range(per_env):
+            act = (u[t] < behaviour_probs(self.learner, obs)).astype(np.int64)
+            for b, env in enumerate(envs):
+                o, _, _, truncated, info = env.step(int(act[b]))
+                rec = dict(info["decided"])
+                rec["done"] = truncated
+                records.append(rec)
+                obs[b] = self._reset(env, int(restart[b].integers(SEED_BOUND)), restart[b]) if truncated else o
+        for env in envs:
+            env.source = None  # no reference to the training world between phases
         return records_arrays(records)
 
+    @staticmethod
+    def _reset(env: ProbeEnv, seed: int, stream: np.random.Generator) -> np.ndarray:
+        for _ in range(100):
+            try:
+                return env.reset(seed=seed)[0]
+            except UserError:  # nobody left to decide (an empty admissions pool): a fresh population
+                env.source, seed = None, int(stream.integers(SEED_BOUND))
+        raise UserError("Bisimulator: the probe simulations reach no decision")
+
+    def collect(self, omega: np.ndarray, steps: int, seed: int) -> dict[str, np.ndarray]:
+        """A dataset of ``steps`` decisions by the current policy seeing ``omega``, every random
+        number derived from ``seed`` (for tests and notebooks; a phase uses ``PhaseDraws``)."""
+        ss = np.random.default_rng(seed).integers(0, SEED_BOUND, size=self.p.probe_envs + 1)
+        return self.rollout(omega, steps, tuple(int(s) for s in ss[:-1]), int(ss[-1]))
+
+    def phase_collect(self, omega: np.ndarray, draws: PhaseDraws, warm: bool) -> dict[str, np.ndarray]:
+        seeds = draws.warm_seeds if warm else draws.probe_seeds
+        return self.rollout(omega, self.p.dynamics_rollout, seeds, draws.action_seed + int(warm))
+
+    def j_dyn_repeats(self, omegas, repeats: int, seed: int = 0, fit_epochs: int = 15) -> np.ndarray:
+        """J_dyn of each of ``omegas`` in ``repeats`` independent dynamics phases (each with its own
+        ``PhaseDraws`` from ``seed``, warm-started from the current T_psi at the current omega), as
+        a (repeats, len(omegas)) array: the search's signal (differences within a row) against its
+        noise (spread down a column). docs/MODEL.md reports it; nothing in training calls it."""
+        bisim, spec = self.bisim, self.spec
+        rng = np.random.default_rng(seed)
+        start_state = bisim.dynamics.state()
+        start = np.clip(spec.init if bisim.omega is None else bisim.omega, spec.low, spec.high)
+        out = np.zeros((repeats, len(omegas)))
+        for r in range(repeats):
+            draws = PhaseDraws.draw(rng, self.p.probe_envs, bisim.G, self.p.quantiles)
+            bisim.dynamics.load(start_state)
+            bisim.fit_dynamics(self.phase_collect(start, draws, True), epochs=fit_epochs,
+                               rng=np.random.default_rng(draws.fit_seed))
+            snapshot = bisim.dynamics.state()
+            for c, omega in enumerate(omegas):
+                out[r, c] = bisim.evaluate(np.asarray(omega, float), self.phase_collect, draws, snapshot, fit_epochs)
+        bisim.dynamics.load(start_state)
+        return out
+
     def outer_iteration(self, k: int, data: dict[str, np.ndarray]) -> None:
+        import time
+
         p, bisim = self.p, self.bisim
         pairs = bisim._pairs(data)
         before = bisim.j_rew(data, pairs)
@@ -339,10 +582,13 @@ class BisimTrainer:
             bisim.reward_iteration(data, pairs)
         row = {"iteration": k, "j_rew_before": before, "j_rew_after": bisim.j_rew(data, pairs)}
         if p.variant == "full" and k % p.dynamics_every == 0:
-            omega = bisim.dynamics_phase(lambda om, seed: self.collect(om, p.dynamics_rollout, seed), self.spec)
+            started = time.perf_counter()
+            omega = bisim.dynamics_phase(self.phase_collect, self.spec, n_probes=p.probe_envs)
+            self.phase_seconds.append(time.perf_counter() - started)
             observation_lever(self.raw_env.sim.world, p.omega_scale).apply(omega)  # live, for the rest of this episode
             self.raw_env.scenario = with_omega(self.raw_env.scenario, self.spec, omega)  # and later ones
             row["omega"] = omega.tolist()
+            row["j_dyn"] = bisim.last_j_dyn
         bisim.history.append(row)
 
     def configure_world(self, world) -> None:

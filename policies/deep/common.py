@@ -1,32 +1,27 @@
 """Shared machinery of the deep-RL lenders of seed 002: train on the gym adapter, decide in the engine.
 
-How a trained policy fits the ``Policy`` protocol. ``abm run --policy ppo`` builds the policy
-like any other; the engine then calls ``policy.prepare(sim)`` once, before its clock starts. A
-deep policy trains there, on ``abm.gym.AbmEnv`` of the *same* scenario, with a training seed
-drawn from the run's ``policy`` stream (so the run stays a function of the scenario seed, and
-training never replays the evaluation trajectory), or loads ``model_path``. ``decide`` then
-maps each observation row to the trained net's approval probability (``deterministic: true``,
-the default: its greedy action, 0 or 1). After the run the runner saves the model into the run
-folder (``policy/model.zip`` + ``policy/config.json``), which ``model_path`` reloads. Torch
-runs on one thread (the machines have two shared cores).
+How a trained policy fits the ``Policy`` protocol. ``abm run --policy ppo`` builds the policy like
+any other; the engine then calls ``policy.prepare(sim)`` once, before its clock starts. A deep policy
+trains there, on ``abm.gym.AbmEnv`` of the *same* scenario, with a training seed drawn from the run's
+``policy`` stream (so the run stays a function of the scenario seed, and training never replays the
+evaluation trajectory), or loads ``model_path``. ``decide`` then maps each observation row to the
+trained net's approval probability (``deterministic: true``, the default: its greedy action, 0 or
+1). After the run the runner saves the model into the run folder (``policy/model.zip`` +
+``policy/config.json``), which ``model_path`` reloads. Torch runs on one thread (two shared cores).
+``eval_episodes`` > 1 adds evaluation episodes (``evaluate_more``, at the end of this file).
 
 Composition. Every registered deep lender is a ``DeepLender`` whose subclass only names its
 ``Params`` and picks its components (class attributes, read once in ``__init__``):
 
 * ``learner_cls`` (required): the RL algorithm behind ``policies.deep.learner.Learner``
-  (``PPOLearner``, ``DQNLearner``): networks, training loop, predict, checkpoint;
+  (``PPOLearner``, ``DQNLearner``; ``backend: lean``: their ``lean_cls``): networks, training, checkpoint;
 * ``adjuster_cls`` (optional, the fair PPO variants): ``for_env(env, params, seed)`` builds an
   ``AdvantageAdjuster`` after the learner's networks; the learner calls it on every rollout
   (``LagrangeMultipliers``, ``RecallGapTracker``, ``BenefitCritic``);
-* ``bisimulator_cls`` (optional): ``(params, seed, learner)`` builds a component that wraps
-  the training env (``attach``), follows the learner's decisions (``on_step``) and in between
-  runs its own optimisation, driving the learner for extra rollouts
-  (``policies.deep.bisimulator.BisimTrainer``); it also sets the agent's side of the
-  evaluation world (``configure_world``).
-
-Training order (random numbers are drawn in this order, so keep it): the training env, the
-Bisimulator's env wrapper, the learner's networks (SB3 seeds torch/numpy here), the adjuster,
-then ``learn``.
+* ``bisimulator_cls`` (optional): ``(params, seed, learner)`` builds a component that wraps the
+  training env (``attach``), follows the learner's decisions (``on_step``) and in between runs its
+  own optimisation, driving the learner for extra rollouts (``policies.deep.bisimulator.BisimTrainer``);
+  it also sets the agent's side of the evaluation world (``configure_world``). Training: ``train``.
 """
 
 from __future__ import annotations
@@ -42,14 +37,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from abm.errors import InvariantError, UserError
 from abm.gym import AbmEnv
 from policies.base import Policy
-from policies.deep.learner import AdvantageAdjuster, Learner, Record
+from policies.deep.learner import AdvantageAdjuster, ExecutionFields, Learner, Record, select_learner
 from policies.torch_common import set_torch_threads
 
 SEED_BOUND = 2**31 - 1  # SB3 seeds numpy's legacy generator, which takes 32-bit seeds
 MODEL_FILE, CONFIG_FILE = "model.zip", "config.json"
 
 
-class DeepParams(BaseModel):
+class DeepParams(ExecutionFields):
     """Parameters every deep lender shares (network and optimiser settings live in subclasses)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -59,6 +54,8 @@ class DeepParams(BaseModel):
     model_path: str | None = Field(None, description="Folder written by save() (a run's policy/): load it instead of training.")
     sim_episodes: int | None = Field(None, ge=1, le=10**6,
                                      description="Scenario episodes per training gym episode (null: the run's episodes.count).")
+    eval_episodes: int = Field(1, ge=1, le=100, exclude=True, description=(  # exclude: the model is the same
+        "Evaluation episodes (seed 002 §5: 5): the run's trajectory + eval_episodes - 1 more (policy/evaluations.json)."))
 
 
 class AdjusterFactory(Protocol):
@@ -93,7 +90,7 @@ class DeepLender(Policy):
         super().__init__(params, context, rng)
         self.train_seed = int(rng.integers(0, SEED_BOUND))  # the policy stream's only draw
         self.obs_fields = tuple(context.obs_fields)
-        self.learner: Learner = self.learner_cls(params, self.train_seed)
+        self.learner: Learner = select_learner(type(self), params)(params, self.train_seed)  # policy.backend
         self.adjuster: AdvantageAdjuster | None = None  # built with the networks (train or load)
         self.bisimulator: TrainingComponent | None = (
             None if self.bisimulator_cls is None else self.bisimulator_cls(params, self.train_seed, self.learner))
@@ -115,6 +112,7 @@ class DeepLender(Policy):
             else:
                 self.train(sim.scenario)
         self.configure_world(sim.world)
+        evaluate_more(self, sim)  # eval_episodes > 1: the further evaluation episodes
 
     def configure_world(self, world) -> None:
         """What the trained agent changes on its side of the world (the Bisimulator's
@@ -133,6 +131,7 @@ class DeepLender(Policy):
         self.learner.build(env)
         if self.adjuster_cls is not None:
             self.adjuster = self.adjuster_cls.for_env(raw, self.params, self.train_seed)
+            getattr(self.adjuster, "bind_learner", lambda learner: None)(self.learner)  # normalize: minibatch
         self.learner.learn(self.params.total_timesteps,
                            on_step=None if self.bisimulator is None else self.bisimulator.on_step,
                            adjust_advantages=self.adjuster)
@@ -164,6 +163,7 @@ class DeepLender(Policy):
         config = {"policy": self.name, "params": self.params.model_dump(), "obs_fields": list(self.obs_fields),
                   "train_seed": self.train_seed, "extra": self.extra_state()}
         (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+        write_evaluations(self, folder)
         return folder
 
     def load(self, path: str | Path, scenario) -> None:
@@ -207,7 +207,7 @@ class DeepLender(Policy):
 # SB3 cloudpickles this closure into model.zip's ``data`` by value, code object included: its
 # file, qualified name and *line numbers* are part of the checkpoint bytes. The golden digests
 # (benchmarks/golden.py) were taken with ``def linear_schedule`` on line 212 of this file, so
-# keep it last and on that line (pad or trim above it) until the digests are retaken; a later
+# keep it on that line (pad or trim above it; code may follow) until the digests are retaken; a later
 # learner of our own should store its schedule as plain numbers instead.
 def linear_schedule(initial: float):
     """SB3 schedule annealing the learning rate linearly to 0 (seed 002 Tables 6-7: 'Anneal learning rate')."""
@@ -215,3 +215,42 @@ def linear_schedule(initial: float):
         return progress_remaining * initial
 
     return schedule
+
+
+# -- evaluation episodes (seed 002 §5: "10 seeds and 5 evaluation episodes per seed") ---------------
+EVALUATIONS_FILE = "evaluations.json"
+
+
+def evaluation_seed(scenario_seed: int, k: int) -> int:
+    """Root seed of evaluation episode ``k`` >= 1 (episode 0 is the run itself, seeded by the scenario)."""
+    return int(np.random.default_rng([int(scenario_seed), 2002, k]).integers(0, 2**63 - 1))
+
+
+def evaluate_more(lender: DeepLender, sim) -> None:
+    """With ``eval_episodes`` = n > 1, run the scenario n - 1 more times with the trained policy
+    (each a fresh population and trajectory, ``evaluation_seed``) and keep each run's final row.
+    The policy decides as in the run itself (it learns nothing while deciding), so the run's own
+    trajectory is unchanged by these."""
+    n = lender.params.eval_episodes
+    if n <= 1 or getattr(lender, "_evaluating", False) or getattr(lender, "evaluations", None) is not None:
+        return
+    from abm.build import simulation
+
+    lender._evaluating, rows = True, []
+    try:
+        for k in range(1, n):
+            seed = evaluation_seed(sim.scenario.seed, k)
+            extra = simulation(sim.scenario.model_copy(update={"seed": seed}), lender, log_events=False)
+            extra.run()
+            rows.append({"evaluation": k, "seed": seed, **extra.episode_rows[-1]})
+    finally:
+        lender._evaluating = False
+    lender.evaluations = rows
+
+
+def write_evaluations(lender: DeepLender, folder: Path) -> None:
+    rows = getattr(lender, "evaluations", None)
+    if rows:
+        clean = [{k: (None if isinstance(v, float) and not np.isfinite(v) else
+                      v.item() if isinstance(v, np.generic) else v) for k, v in row.items()} for row in rows]
+        (folder / EVALUATIONS_FILE).write_text(json.dumps(clean, indent=2))

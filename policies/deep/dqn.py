@@ -6,7 +6,8 @@ steps (``target_update_interval=10``), "Update epochs 4" -> 4 gradient steps per
 every 4 decisions (``train_freq=4``, SB3's default). The Q-network has one tanh hidden layer of
 256 (D.1). Not in the table, so CleanRL's DQN defaults are used: replay buffer 10,000,
 epsilon-greedy from 1 to 0.05 over half of training; learning starts after 1,000 decisions
-(CleanRL: 10,000, too large for the short budgets used here).
+(CleanRL: 10,000, too large for the short budgets used here). ``policy.backend: lean`` swaps in
+``lean_dqn.LeanDQNLearner`` (the same algorithm and defaults, on ``policy.n_envs`` worlds).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import Field
 from stable_baselines3 import DQN
 
 from policies.deep.common import DeepLender, DeepParams, linear_schedule
+from policies.deep.lean_dqn import LeanDQNLearner
 from policies.deep.learner import SB3Learner
 from policies.torch_common import torch_device
 
@@ -52,6 +54,7 @@ class DQNLearner(SB3Learner):
 
     algorithm: ClassVar[type] = DQN
     on_policy: ClassVar[bool] = False
+    lean_cls: ClassVar[type] = LeanDQNLearner  # backend: lean
 
     def algorithm_kwargs(self) -> dict:
         return dqn_kwargs(self.params)

@@ -12,15 +12,23 @@ and A_B,g are GAE advantages of the auxiliary streams (their own critic: one tan
 standardised first. U_g and B_g are the rollout's stream totals scaled to one training episode
 (``benefit_horizon`` decisions, by default the training gym episode), the scale at which
 alpha = 2e5 (the reference's lending value) was tuned.
+
+Normalisation (``normalize``). ``rollout`` (the default, unchanged since the first version): A,
+A_U and A_B are standardised over the whole rollout, and the learner standardises the fair
+advantage again per minibatch (SB3's ``normalize_advantage``). ``minibatch`` (the reference's):
+each minibatch standardises A, A_U and A_B over its own samples and uses the fair advantage as
+it comes (no second standardisation); U, B and the bias stay the rollout's.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_serializer, model_validator
+
+from abm.errors import UserError
 
 from policies.deep.common import DeepLender
 from policies.deep.learner import RolloutContext
@@ -33,6 +41,57 @@ class ELBERTParams(PPOParams):
     benefit_horizon: int | None = Field(None, ge=1, le=10**9,
                                         description="Decisions per episode for U_g, B_g (null: the training episode).")
     aux_learning_rate: float = Field(1e-3, gt=0, le=1.0, description="Adam learning rate of the auxiliary critic.")
+    normalize: Literal["rollout", "minibatch"] = Field("rollout", description=(
+        "Where the advantages are standardised: rollout (A, A_U, A_B over the rollout, the fair advantage "
+        "again per minibatch) or minibatch (the reference: A, A_U, A_B per minibatch, once)."))
+
+    @model_validator(mode="after")
+    def _minibatch_needs_sb3(self) -> "ELBERTParams":
+        check_minibatch_backend(self)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """``normalize`` is left out of the dump at its default (added later: older runs keep their
+        config.json and study identities)."""
+        data = super()._dump(handler)
+        if isinstance(data, dict) and self.normalize == "rollout":
+            data.pop("normalize", None)
+        return data
+
+
+def check_minibatch_backend(p) -> None:
+    """``normalize: minibatch`` rewrites each minibatch inside the learner's update: implemented for
+    the Stable-Baselines3 learner (``bind_minibatch``)."""
+    if p.normalize == "minibatch" and getattr(p, "backend", "sb3") != "sb3":
+        raise ValueError("normalize: minibatch is implemented for backend sb3 only")
+
+
+def bind_minibatch(learner, transform: Callable[[np.ndarray, np.ndarray], np.ndarray], renormalize: bool) -> None:
+    """Route every minibatch of an SB3 PPO update through ``transform(rows, advantages)``.
+
+    ``rows`` are the minibatch's positions in the rollout's decision records (step-major, as the
+    adjuster saw them: row t * n_envs + k); ``advantages`` the buffer's values there. SB3's buffer
+    flattens env-major (index k * n_steps + t), hence the mapping. ``renormalize`` keeps (True) or
+    turns off (False) SB3's own per-minibatch standardisation after the transform.
+    """
+    model = getattr(learner, "model", None)
+    buf = getattr(model, "rollout_buffer", None)
+    if buf is None or not hasattr(buf, "_get_samples"):
+        raise UserError("policy.normalize: minibatch needs the Stable-Baselines3 PPO learner (backend: sb3)")
+    original = buf._get_samples
+    steps, envs = buf.buffer_size, buf.n_envs
+
+    def samples(batch_inds, env=None):
+        data = original(batch_inds, env)
+        flat = np.asarray(batch_inds)
+        rows = (flat % steps) * envs + flat // steps
+        adv = transform(rows, data.advantages.detach().cpu().numpy().astype(float))
+        return data._replace(advantages=torch.as_tensor(np.asarray(adv), dtype=data.advantages.dtype,
+                                                        device=data.advantages.device))
+
+    buf._get_samples = samples
+    model.normalize_advantage = renormalize
 
 
 def bias_and_gradient(z: np.ndarray, beta_smooth: float) -> tuple[float, np.ndarray]:
@@ -58,7 +117,8 @@ def standardise(x: np.ndarray) -> np.ndarray:
 
 def fair_advantage(adv: np.ndarray, adv_u: np.ndarray, adv_b: np.ndarray, U: np.ndarray, B: np.ndarray,
                    alpha: float, beta_smooth: float = 20.0) -> np.ndarray:
-    """ELBERT's fair advantage for one batch (adv: (n,), adv_u/adv_b: (n, G), U/B: (G,))."""
+    """ELBERT's fair advantage for one batch (adv: (n,), adv_u/adv_b: (n, G), U/B: (G,)); the
+    three advantages are standardised over the batch first."""
     a, au, ab = standardise(adv), standardise(adv_u), standardise(adv_b)
     B = np.maximum(np.asarray(B, dtype=float), 1e-8)
     z = np.asarray(U, dtype=float) / B
@@ -103,6 +163,17 @@ class BenefitCritic:
         self.p, self.G, self.horizon = p, n_groups, horizon
         self.gen = np.random.default_rng(seed)
         self.last_bias = 0.0
+        self.stash: tuple | None = None  # normalize: minibatch: the rollout's (A, A_U, A_B, U, B)
+
+    def bind_learner(self, learner) -> None:
+        """``normalize: minibatch``: the learner hands each minibatch to ``minibatch``."""
+        if self.p.normalize == "minibatch":
+            bind_minibatch(learner, self.minibatch, renormalize=False)
+
+    def minibatch(self, rows: np.ndarray, adv: np.ndarray) -> np.ndarray:
+        """The reference's fair advantage of one minibatch (standardised over the minibatch, once)."""
+        a, au, ab, U, B = self.stash
+        return fair_advantage(a[rows], au[rows], ab[rows], U, B, self.p.alpha, self.p.beta_smooth)
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
@@ -132,6 +203,9 @@ class BenefitCritic:
         totals = streams.sum(axis=0) * (self.horizon / n)
         U, B = totals[:G], totals[G:]
         self.last_bias = bias_and_gradient(U / np.maximum(B, 1e-8), self.p.beta_smooth)[0]
+        if self.p.normalize == "minibatch":  # rewritten per minibatch by ``minibatch``
+            self.stash = (np.asarray(adv, float), aux_adv[:, :G], aux_adv[:, G:], U, B)
+            return adv
         return fair_advantage(adv, aux_adv[:, :G], aux_adv[:, G:], U, B, self.p.alpha, self.p.beta_smooth)
 
     def state(self) -> dict[str, Any]:

@@ -8,7 +8,8 @@ True" -> ``clip_range_vf`` = the surrogate clip (CleanRL clips the value loss wi
 coefficient), "Anneal learning rate: True" -> a linear schedule from 5e-5 to 0.
 
 ``PPOLearner`` is the learner component (also of Lag-PPO, A-PPO, ELBERT-PO and the Bisimulator's
-PPO variant); ``PPOLender`` is the plain lender.
+PPO variant); ``PPOLender`` is the plain lender. ``policy.backend: lean`` swaps in
+``lean_ppo.LeanPPOLearner`` (the same algorithm and defaults, on ``policy.n_envs`` worlds).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import Field
 from stable_baselines3 import PPO
 
 from policies.deep.common import DeepLender, DeepParams, linear_schedule
+from policies.deep.lean_ppo import LeanPPOLearner
 from policies.deep.learner import SB3Learner
 from policies.torch_common import torch_device
 
@@ -53,6 +55,7 @@ class PPOLearner(SB3Learner):
 
     algorithm: ClassVar[type] = PPO
     on_policy: ClassVar[bool] = True
+    lean_cls: ClassVar[type] = LeanPPOLearner  # backend: lean
 
     def algorithm_kwargs(self) -> dict[str, Any]:
         return ppo_kwargs(self.params)

@@ -10,7 +10,7 @@ known MDP (seed 001)".
 Model (`abm.families.loan_mdp.mdp`, re-exported)
     LoanMDPParams(...)                      frozen, validated parameters (seed defaults)
     build_loan_mdp(params) -> LoanMDP       enumerated states, sparse P[a], R, rho, D
-    bank_reward(alpha, beta, params)        E[profit] - lambda Var_Beta[E[profit | p]]
+    bank_reward(alpha, beta, params)        E[profit] - risk term (variance or sd) (+ offset)
 Evaluation (`abm.families.loan_mdp.evaluate`, re-exported)
                                             policies are pi[s] = P(accept | s) or pi[s, a]
     evaluate_policy(mdp, pi) -> PolicyEvaluation(reward, discounted_return, offer_rate,
@@ -21,16 +21,22 @@ Evaluation (`abm.families.loan_mdp.evaluate`, re-exported)
 Algorithm 1 (`lp`)
     solve_fair_lp(mdp, constraint, epsilon) -> LPSolution(policy, occupancy, objective)
 Algorithm 2 (`cce`)
-    constrained_cross_entropy(evaluate, dim, CCEConfig(...), rng) -> CCEResult
-    ExactEvaluator(mdp, constraint, loan_features(mdp)) : theta -> (reward, constraint value)
-    sigmoid_policy(features, theta)
+    constrained_cross_entropy(evaluate, dim, CCEConfig(..., elite_weighting=reward|exponential|
+                              equal), rng, reward_baseline=None) -> CCEResult
+    ExactEvaluator(mdp, constraint, loan_features(mdp, policy_class=linear|extended|tabular))
+                                            theta -> (reward, constraint value)
+    sigmoid_policy(features, theta), elite_weights(rewards, weighting, baseline)
 Baselines (`baselines`)
     unconstrained_optimum(mdp), race_blind_policy(mdp),
     optimistic_policy(mdp, constraint, epsilon) -> LPSolution,
     conservative_policy(mdp, constraint, epsilon, per_group=False) -> ConservativeSolution
-Unknown transitions (`etc`)
+Unknown transitions (`etc`)                plans at plan_epsilon_factor x epsilon (0.25)
     explore_then_commit(mdp, constraint, epsilon, n_explore, n_episodes, rng) -> ETCResult
-Figure 1 table: python -m policies.fair_mdp.figure1 [--gamma 0.8]; from a finished fig1 study:
+    repeat_explore_then_commit(mdp, constraint, epsilon, n_explore, runs, rng) -> ETCRepeated
+        (violation frequency over repeated runs, Clopper-Pearson bound, regret vs pi*)
+    python -m policies.fair_mdp.etc_violations [--horizon 8] [--n0 1000] [--runs 40] [--factor 0.25 1.0]
+Figure 1 table: python -m policies.fair_mdp.figure1 [--conventions seed|public] (Figure 1's
+    gamma 0.8, T = (7, 10) by default); from a finished fig1 study:
     abm report outputs/studies/fig1 (report/seed001_tables.md, abm.reports.seed001)
 """
 from abm.families.loan_mdp.evaluate import (Constraint, LayeredEvaluator, PolicyEvaluation,
@@ -42,15 +48,16 @@ from abm.families.loan_mdp.mdp import (MAJORITY, MINORITY, Action, LoanMDP, Loan
 from .baselines import (conservative_policy, optimistic_policy, race_blind_policy,
                         unconstrained_optimum)
 from .cce import (CCEConfig, CCEResult, ExactEvaluator, constrained_cross_entropy,
-                  loan_features, sigmoid_policy)
-from .etc import ETCResult, explore_then_commit
+                  elite_weights, loan_features, sigmoid_policy)
+from .etc import ETCRepeated, ETCResult, explore_then_commit, repeat_explore_then_commit
 from .lp import LPSolution, solve_fair_lp
 
 __all__ = [
-    "Action", "CCEConfig", "CCEResult", "Constraint", "ETCResult", "ExactEvaluator",
+    "Action", "CCEConfig", "CCEResult", "Constraint", "ETCRepeated", "ETCResult", "ExactEvaluator",
     "LPSolution", "LayeredEvaluator", "LoanMDP", "LoanMDPParams", "MAJORITY", "MINORITY",
     "PolicyEvaluation", "bank_reward", "build_loan_mdp", "conservative_policy",
-    "constrained_cross_entropy", "evaluate_policy", "explore_then_commit", "loan_features",
+    "constrained_cross_entropy", "elite_weights", "evaluate_policy", "explore_then_commit",
+    "loan_features", "repeat_explore_then_commit",
     "occupancy_measure", "optimistic_policy", "race_blind_policy", "sigmoid_policy",
     "solve_fair_lp", "state_occupancy", "unconstrained_optimum", "value_function",
 ]

@@ -14,8 +14,8 @@ the uniform distribution over the successors the model structure allows (the sta
 known; only the probabilities are not).  Regret and fairness of every episode are exact
 expectations under the true P.
 
-    python -m policies.fair_mdp.etc [--gamma 0.8] [--presimulation 7 10] [--horizon 8]
-                                    [--n0 1000] [--runs 40] [--factor 0.25 1.0] [--seed 0]
+    python -m policies.fair_mdp.etc_violations [--gamma 0.8] [--presimulation 7 10] [--horizon 8]
+        [--n0 1000] [--runs 40] [--factor 0.25 1.0] [--seed 0]
 prints the violation frequency over repeated runs and the regret per committed episode.
 """
 from __future__ import annotations
@@ -247,53 +247,3 @@ def repeat_explore_then_commit(mdp: LoanMDP, constraint: Constraint, epsilon: fl
                        optimal_reward=float(evaluate_policy(mdp, reference.policy).reward),
                        constraint_value=np.asarray(values), regret=np.asarray(regrets),
                        explore_regret=explore)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-    import time
-
-    from abm.families.loan_mdp.mdp import LoanMDPParams, build_loan_mdp
-
-    parser = argparse.ArgumentParser(description="explore-then-commit: violation frequency over repeated runs")
-    parser.add_argument("--gamma", type=float, default=0.8)
-    parser.add_argument("--presimulation", type=int, nargs=2, default=(7, 10), metavar=("T_MIN", "T_MAJ"))
-    parser.add_argument("--horizon", type=int, default=8)
-    parser.add_argument("--constraint", choices=("dp", "eo"), default="dp")
-    parser.add_argument("--epsilon", type=float, default=0.1)
-    parser.add_argument("--n0", type=int, nargs="+", default=[1000])
-    parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--factor", type=float, nargs="+", default=[DEFAULT_PLAN_EPSILON_FACTOR, 1.0])
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    try:
-        params = LoanMDPParams(gamma=args.gamma, presimulation_steps=tuple(args.presimulation),
-                               horizon=args.horizon)
-        if args.runs < 1 or min(args.n0) < 0 or not all(0 < f <= 1 for f in args.factor):
-            raise ValueError("need --runs >= 1, --n0 >= 0 and each --factor in (0, 1]")
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    mdp = build_loan_mdp(params)
-    unconstrained = evaluate_policy(mdp, solve_fair_lp(mdp, None, 0.0).policy)
-    print(f"gamma={params.gamma} T={params.presimulation_steps} horizon={params.horizon} "
-          f"{mdp.n_states} states; unconstrained |{args.constraint} gap| = "
-          f"{unconstrained.constraint_value(args.constraint):.4f}, epsilon = {args.epsilon}\n")
-    print("| N0 | planning epsilon | runs | violations (> epsilon) | 95% upper bound | mean abs(gap) "
-          "| max abs(gap) | regret / committed episode | regret / exploring episode | R(pi*) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n0 in args.n0:
-        for factor in args.factor:
-            start = time.perf_counter()
-            out = repeat_explore_then_commit(mdp, args.constraint, args.epsilon, n0, args.runs,
-                                             np.random.default_rng(args.seed), plan_epsilon_factor=factor)
-            print(f"| {n0} | {out.planning_epsilon:g} | {out.runs} | {out.violations} ({out.frequency:.3f}) | "
-                  f"{out.upper_bound():.3f} | {out.constraint_value.mean():.4f} | {out.constraint_value.max():.4f} | "
-                  f"{out.regret.mean():.5f} | {out.explore_regret:.5f} | {out.optimal_reward:.6f} |", flush=True)
-            print(f"  ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

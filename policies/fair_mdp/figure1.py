@@ -2,12 +2,13 @@
 
     python -m policies.fair_mdp.figure1 [--gamma 0.8] [--presimulation 7 10] [--horizon 50]
         [--conventions seed|public] [--elite-weighting reward|exponential|equal]
-        [--policy-class linear|extended|tabular] [--epsilon 0.1] [--seed 0]
+        [--policy-class linear|extended|tabular] [--epsilon 0.1] [--seed 0] [--cce-grid SEEDS]
 
 Prints a markdown table: for DP and EO, the reward and constraint value of race-blind,
 optimistic, CCE (Algorithm 2), the LP (Algorithm 1) and the conservative baselines, the
 discounted return on the public code's +2-per-decision scale, and which of the seed's orderings
-hold.  The defaults are Figure 1's setting (gamma 0.8, T = (7, 10), as the authors' public
+hold; ``--cce-grid SEEDS`` prints instead CCE's reward per policy class and elite weighting.
+The defaults are Figure 1's setting (gamma 0.8, T = (7, 10), as the authors' public
 Figure-1 scripts), not the model's code defaults (CEM_loan.py's gamma 0.5, T = (1, 5)).
 ``--conventions public`` switches to the public code's sd risk term, +2 per decision,
 undiscounted offers / 50 and 51 decisions (the ``--horizon`` given is then h, 51 = h + 1).
@@ -71,6 +72,33 @@ def compare(params: LoanMDPParams, constraint: Constraint, epsilon: float,
     return rows
 
 
+def cce_grid(params: LoanMDPParams, epsilon: float, seeds: int = 3) -> list[str]:
+    """Markdown rows: CCE's mean reward (and shortfall from the LP) per policy class and elite
+    weighting, for DP and EO, over CCE seeds 0 .. seeds - 1 (infeasible results count as nan)."""
+    mdp = build_loan_mdp(params)
+    lines = ["| class (parameters) | DP: reward (seed's) | exponential (public code) | equal "
+             "| EO: reward | exponential | equal |", "|---|---:|---:|---:|---:|---:|---:|"]
+    optimum = {c: solve_fair_lp(mdp, c, epsilon).objective for c in ("dp", "eo")}
+    lines.append(f"| LP optimum | {optimum['dp']:.6f} | | | {optimum['eo']:.6f} | | |")
+    for policy_class in ("linear", "extended", "tabular"):
+        features = loan_features(mdp, policy_class=policy_class)
+        cells = []
+        for constraint in ("dp", "eo"):
+            evaluator = ExactEvaluator(mdp, constraint, features)
+            for weighting in ("reward", "exponential", "equal"):
+                rewards = []
+                for seed in range(seeds):
+                    out = constrained_cross_entropy(evaluator, features.shape[1],
+                                                    CCEConfig(epsilon=epsilon, elite_weighting=weighting),
+                                                    np.random.default_rng(seed),
+                                                    reward_baseline=evaluator.reward_lower_bound)
+                    rewards.append(out.reward if out.feasible else np.nan)
+                mean = float(np.mean(rewards))
+                cells.append(f"{mean:.6f} ({100 * (1 - mean / optimum[constraint]):.1f}%)")
+        lines.append(f"| {policy_class} ({features.shape[1]}) | " + " | ".join(cells) + " |")
+    return lines
+
+
 def orderings(rows: dict[str, tuple[float, float, float]], epsilon: float) -> list[str]:
     """The seed's Figure-1 claims, each marked as holding or not."""
     r = {k: v[0] for k, v in rows.items()}
@@ -99,12 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy-class", choices=("linear", "extended", "tabular"), default="linear")
     parser.add_argument("--epsilon", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cce-grid", type=int, default=0, metavar="SEEDS",
+                        help="instead: CCE's reward per policy class x elite weighting (mean over SEEDS seeds)")
     args = parser.parse_args(argv)
     try:
         params = figure1_params(args.gamma, tuple(args.presimulation), args.horizon, args.conventions)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.cce_grid:
+        print(f"gamma={params.gamma} T={params.presimulation_steps} horizon={params.horizon} "
+              f"conventions={args.conventions} epsilon={args.epsilon} CCE seeds 0-{args.cce_grid - 1}\n")
+        print("\n".join(cce_grid(params, args.epsilon, args.cce_grid)))
+        return 0
     print(f"gamma={params.gamma} T={params.presimulation_steps} horizon={params.horizon} "
           f"conventions={args.conventions} epsilon={args.epsilon} seed={args.seed} "
           f"CCE: {args.policy_class}, {args.elite_weighting} weights\n")

@@ -89,7 +89,12 @@ def solve_occupancy_lp(mdp: LoanMDP, a_ub: np.ndarray | None = None,
     """Maximise <Lambda, R> over occupancy measures with extra rows a_ub x <= b_ub (rows in
     Lambda; with the undiscounted statistic solved in y = Lambda / ((1 - gamma) gamma^t))."""
     a_eq, b_eq = flow_constraints(mdp)
-    cost = -np.concatenate([mdp.reward[:, Action.REJECT], mdp.reward[:, Action.ACCEPT]])
+    # a reward offset on every live decision adds offset * sum_live Lambda = offset (1 - gamma^H)
+    # to every feasible objective: solve without it (HiGHS is several times slower with it)
+    offset = float(mdp.params.reward_offset)
+    live = ~mdp.terminal
+    reward = mdp.reward - offset * live[:, None] if offset else mdp.reward
+    cost = -np.concatenate([reward[:, Action.REJECT], reward[:, Action.ACCEPT]])
     a_ub = None if a_ub is None else sp.csr_matrix(a_ub)
     scale = None
     if mdp.params.undiscounted:
@@ -109,7 +114,8 @@ def solve_occupancy_lp(mdp: LoanMDP, a_ub: np.ndarray | None = None,
     policy = policy_from_occupancy(mdp, occupancy)
     if scale is not None:
         occupancy = occupancy / scale[:, None]
-    return LPSolution(policy=policy, occupancy=occupancy, objective=float(-result.fun))
+    objective = float(-result.fun) + (offset * float(occupancy[live].sum()) if offset else 0.0)
+    return LPSolution(policy=policy, occupancy=occupancy, objective=objective)
 
 
 def solve_fair_lp(mdp: LoanMDP, constraint: Constraint | None,

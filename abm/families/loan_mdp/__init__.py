@@ -7,11 +7,15 @@ explore-then-commit, the rollout evaluator and the registered lenders) live on t
 ``policies.fair_mdp``, and import this package, never the other way round.
 
 Model (`mdp`)
-    LoanMDPParams(...)                      frozen, validated parameters (seed defaults)
+    LoanMDPParams(...)                      frozen, validated parameters (seed defaults; the
+                                            conventions risk_term, reward_offset,
+                                            fairness_average, fairness_divisor)
     build_loan_mdp(params) -> LoanMDP       enumerated states, sparse P[a], R, rho, D
-    bank_reward(alpha, beta, params)        E[profit] - lambda Var_Beta[E[profit | p]]
+    bank_reward(alpha, beta, params)        R(s, accept): E[profit] - risk term (+ offset)
+    reject_reward(params)                   R(s, reject): the offset (0 by default)
+    fairness_weight(mdp)                    per-state weight of the DP/EO statistic on Lambda
     presimulated_distribution(a, b, T)      Beta-binomial law of the entry state
-    MINORITY, MAJORITY, Action
+    MINORITY, MAJORITY, Action, PUBLIC_CODE_OFFSET
 State lookup (`lookup`)                     the family's observation rows <-> MDP states
     OBS_FIELDS, state_observations(mdp), StateIndex(mdp)
 Exact evaluation (`evaluate`)               policies are pi[s] = P(accept | s) or pi[s, a]
