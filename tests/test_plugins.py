@@ -150,7 +150,7 @@ def test_plugin_policy_in_a_study_on_two_dask_workers(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "2 succeeded, 0 skipped, 0 failed" in res.stdout and "2 workers" in res.stdout
     status = {row.split(",")[0]: row for row in (out / "runs.csv").read_text().splitlines()[1:]}
-    plugin_run = next(k for k in status if k.startswith("coin_study:CoinLender"))
+    plugin_run = next(k for k in status if k.startswith("coin_study.CoinLender"))  # no colon in run ids
     assert ",ok," in status[plugin_run] and "+coin_study=" in status[plugin_run]
     assert json.loads((out / "runs" / plugin_run / "summary.json").read_text())["policy"] == "coin_study:CoinLender"
 
