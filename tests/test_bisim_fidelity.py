@@ -82,15 +82,64 @@ def test_probes_start_from_the_live_training_state():
 def test_phase_recovers_the_seeds_direction_on_a_small_market():
     """Seed 002 §5.1: "Bisimulator has learned to provide higher credit increase upon loan repayment
     to the disadvantaged group". 200 applicants, PPO's initial policy, one phase of N = 40
-    One-Plus-One candidates from the true (1, 1 | -1, -1), three seeds: the statistic is the
-    learned c+ of G2 minus that of G1, positive in each."""
+    One-Plus-One candidates from the true (1, 1 | -1, -1), eight seeds; the statistic is the learned
+    c+ of G2 minus that of G1, tested with a one-sided sign test over the non-zero differences
+    (p < 0.05). A difference of exactly 0 is the box's corner c+ = 0 for both groups, where no
+    repayment moves an observed score and the groups' observation dynamics agree trivially. As
+    measured: 7 of 8 positive (0.07-1.48), one 0, none negative; sign test p = 0.008."""
+    from scipy.stats import binomtest
+
     diffs = []
-    for seed in range(3):
+    for seed in range(8):
         tr = trainer(seed=seed, dynamics_iterations=40)
         best = tr.bisim.dynamics_phase(tr.phase_collect, tr.spec, n_probes=tr.p.probe_envs)
-        diffs.append(best[1] - best[0])
+        diffs.append(float(best[1] - best[0]))
         assert tr.bisim.last_j_dyn is not None
-    assert all(d > 0 for d in diffs), diffs
+    nonzero = [d for d in diffs if d != 0.0]
+    assert len(nonzero) >= 5, diffs
+    assert binomtest(sum(d > 0 for d in nonzero), len(nonzero), alternative="greater").pvalue < 0.05, diffs
+
+
+def _lending_outcomes(n=2000, p_repay=0.7, seed=0):
+    """Decisions of two groups alike: approvals repay with probability 0.7 (+1, else -1), rejections 0."""
+    rng = np.random.default_rng(seed)
+    group = np.repeat([0, 1], n // 2)
+    action = rng.integers(0, 2, n)
+    good = rng.random(n) < p_repay
+    reward = np.where(action == 1, np.where(good, 1.0, -1.0), 0.0)
+    obs = np.column_stack([rng.integers(4, 6, n), group, np.zeros(n), np.zeros(n)]).astype(np.float32)
+    return {"obs": obs, "next_obs": obs.copy(), "group": group, "action": action, "reward": reward,
+            "outcome": good, "done": np.zeros(n, bool)}
+
+
+def test_j_rew_on_each_outcome_makes_approving_worse_than_rejecting_and_on_r_pi_it_does_not():
+    """Why ``reward_target: policy``. J_rew is an L1 loss over pairs of decisions of the two groups.
+    On realized rewards (``realized``) the correction cancels the median outcome of an approval
+    (+1 when P(repay) > 0.5) and a loan's corrected mean reward falls below a rejection's (measured
+    -0.57); on R_orig(s, a) of the action taken (``expected``) pairs of an approval and a rejection
+    still pull the two towards each other (-0.14); on the state's R^pi(s, g) (Eq. 8: both actions
+    weighted by the policy, ``policy``) the pairs compare states, and the approval keeps its
+    advantage (+0.43; uncorrected +0.4)."""
+    from policies.deep.bisimulator import BisimPPOParams, Bisimulator
+
+    data = _lending_outcomes()
+    approve = data["action"] == 1
+    gains = {}
+    for target in ("realized", "expected", "policy"):
+        bisim = Bisimulator(("credit_score", "group", "repay_ratio", "default_ratio"), 2,
+                            BisimPPOParams(reward_lr=1e-2, reward_target=target), gamma=0.99, seed=0)
+        for _ in range(20):
+            d = data
+            if target == "expected":
+                d = {**data, "reward": bisim.expected_reward(data)}
+            elif target == "policy":  # a policy approving half the time
+                bisim.expected_reward(data)
+                d = {**data, "pi": np.full(len(data["action"]), 0.5), "r_orig": bisim.r_orig(data)}
+            bisim.reward_iteration(d, bisim._pairs(d))
+        corrected = data["reward"] + bisim.correction(data["obs"], data["action"], data["group"])
+        gains[target] = corrected[approve].mean() - corrected[~approve].mean()
+    assert data["reward"][approve].mean() > 0.3  # a loan is worth 2 * 0.7 - 1 = 0.4 more than a rejection
+    assert gains["realized"] < 0 < gains["policy"], gains
 
 
 BAD = [  # (scenario file, --set, a word the one-line message names)
@@ -108,6 +157,7 @@ BAD = [  # (scenario file, --set, a word the one-line message names)
     ("lending-credit.yaml", "policy.name=ppo policy.eval_episodes=1000", "eval_episodes"),
     ("lending-credit.yaml", "policy.name=bisim_ppo policy.probe_envs=0", "probe_envs"),
     ("lending-credit.yaml", "policy.name=bisim_ppo policy.probe_start=reset", "probe_start"),
+    ("lending-credit.yaml", "policy.name=bisim_dqn policy.reward_target=median", "reward_target"),
     ("lending-credit.yaml", "dynamics.model=mass_shift policy.name=bisim_ppo", "variant"),
     ("lending-credit.yaml", "dynamics.model=mass_shift observation.score_change_repay=[1.0,2.0]",
      "score_change"),

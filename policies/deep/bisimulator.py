@@ -7,7 +7,12 @@ the last ``outer_steps`` decisions D with quantile matching (D.1: "the first qua
 1 is matched with the first quartile of group 2"): within each pair of groups and each quartile
 of the score field (rank-based, ties broken at random) samples are paired at random, and
 ``J_rew = mean |r_i + alpha R_phi_i - r_j - alpha R_phi_j|`` is minimised with Adam; one of the
-M iterations is one pass over the pairs in minibatches of 64.
+M iterations is one pass over the pairs in minibatches of 64. What r_i is (``reward_target``):
+``realized``, each decision's own reward (the first version; an L1 loss on random outcomes
+cancels the median outcome of a loan, which makes approving worse than rejecting); ``expected``,
+R_orig(s, a) of the action taken (Algorithm 1 L5; a regression of the rewards on s and a, group
+left out); ``policy``, the state's R^pi(s, g) = sum_a pi(a | s) (R_orig(s, a) + alpha R_phi(s, a,
+g)) (Eq. 8), which compares states, not actions.
 
 Observation dynamics (§4.2, L8-13). omega is the family's agent-side lever (lending:
 group-specific observed score changes c+/c-; admissions: group-specific manipulation costs),
@@ -86,6 +91,11 @@ class BisimFields(BaseModel):
     model_hidden: int = Field(64, ge=1, le=4096, description="Hidden width of R_phi and T_psi.")
     quantiles: int = Field(4, ge=1, le=100, description="Quantile bins for matching states across groups (quartiles).")
     quantile_field: str | None = Field(None, description="Observation field ranked for quantile matching (null: the first).")
+    reward_target: Literal["realized", "expected", "policy"] = Field("realized", description=(
+        "What J_rew compares (docs/MODEL.md): realized, each decision's own reward plus correction (the "
+        "first version); expected, R_orig(s, a) (a regression of the rewards on s and a, no group) plus the "
+        "correction of the action taken (Algorithm 1 L5); policy, the state's R^pi(s, g) = sum_a pi(a | s) "
+        "(R_orig(s, a) + alpha R_phi(s, a, g)) (Eq. 8)."))
 
 
 class BisimPPOParams(BisimFields, PPOParams):
@@ -278,6 +288,8 @@ class Bisimulator:
         self.dynamics = GaussianModel(d + 2 + n_groups, p.model_hidden, len(self.keep), p.dynamics_lr,
                                       np.random.default_rng([seed, 1]))
         self.seed = seed
+        # reward_target expected: R_orig(s, a) as a regression on (s without the group, a)
+        self.reward_model = GaussianModel(len(self.keep) + 2, p.model_hidden, 1, 1e-2, np.random.default_rng([seed, 2]))
         self.omega: np.ndarray | None = None
         self.last_j_dyn: float | None = None  # J_dyn of the last dynamics phase's best omega
         self.history: list[dict[str, float]] = []
@@ -296,14 +308,52 @@ class Bisimulator:
         x = np.hstack([np.asarray(obs, float), np.eye(2)[action], np.eye(self.G)[group]])
         return self.p.reward_alpha * (np.tanh(x @ W1 + b1) @ W2 + b2)[:, 0]
 
+    def _reward_inputs(self, data) -> np.ndarray:
+        return np.hstack([data["obs"][:, self.keep], np.eye(2)[data["action"]]]).astype(float)
+
+    def r_orig(self, data) -> np.ndarray:
+        """The fitted R_orig(s, a) of each sample for both actions, shape (n, 2) (reject, approve)."""
+        n = len(data["action"])
+        zero = np.zeros((n, 1))
+        out = [self.reward_model.predict(self._reward_inputs({**data, "action": np.full(n, a, np.int64)}), zero)[0][:, 0]
+               for a in (0, 1)]
+        return np.column_stack(out)
+
+    def expected_reward(self, data, epochs: int = 5, batch: int = 64) -> np.ndarray:
+        """R_orig(s, a) of each decision (``reward_target: expected``): the regression of realized
+        rewards on (s, a) (group column left out: R_orig "is often not conditioned on the group
+        membership", §4.1), refitted on ``data`` by maximum likelihood (its mean is the least-squares
+        fit) from the previous fit, then evaluated on ``data``."""
+        x = self._reward_inputs(data)
+        target = np.asarray(data["reward"], float)[:, None]
+        zero = np.zeros_like(target)
+        for _ in range(epochs):
+            order = self.rng.permutation(len(x))
+            for s in range(0, len(x), batch):
+                idx = order[s:s + batch]
+                self.reward_model.step(x[idx], zero[idx], target[idx])
+        return self.reward_model.predict(x, zero)[0][:, 0]
+
     def _pairs(self, data):
         return quantile_pairs(data["obs"][:, self.score_col], data["group"], self.G, self.p.quantiles, self.rng)
+
+    def _state_rewards_np(self, data) -> np.ndarray:
+        """Each sample's corrected reward: r + alpha R_phi(s, a, g) of its own action, or with
+        ``data["pi"]`` (``reward_target: policy``) the state's R^pi(s, g) = sum_a pi(a | s)
+        (R_orig(s, a) + alpha R_phi(s, a, g)), R_orig from ``data["r_orig"]`` (n, 2)."""
+        if "pi" not in data:
+            return data["reward"] + self.correction(data["obs"], data["action"], data["group"])
+        n = len(data["pi"])
+        c0 = self.correction(data["obs"], np.zeros(n, np.int64), data["group"])
+        c1 = self.correction(data["obs"], np.ones(n, np.int64), data["group"])
+        pi, r = data["pi"], data["r_orig"]
+        return (1 - pi) * (r[:, 0] + c0) + pi * (r[:, 1] + c1)
 
     def j_rew(self, data, pairs=None) -> float:
         i, j = self._pairs(data) if pairs is None else pairs
         if len(i) == 0:
             return 0.0
-        r = data["reward"] + self.correction(data["obs"], data["action"], data["group"])
+        r = self._state_rewards_np(data)
         return float(np.mean(np.abs(r[i] - r[j])))
 
     def reward_iteration(self, data, pairs=None, batch: int = 64) -> None:
@@ -311,16 +361,27 @@ class Bisimulator:
         i, j = self._pairs(data) if pairs is None else pairs
         if len(i) == 0:
             return
-        x = _inputs(data["obs"], data["action"], data["group"], self.G)
-        r = torch.as_tensor(data["reward"], dtype=torch.float32)
         alpha = self.p.reward_alpha
+        if "pi" in data:  # R^pi(s, g): both actions, weighted by the policy
+            n = len(data["pi"])
+            x0 = _inputs(data["obs"], np.zeros(n, np.int64), data["group"], self.G)
+            x1 = _inputs(data["obs"], np.ones(n, np.int64), data["group"], self.G)
+            pi = torch.as_tensor(data["pi"], dtype=torch.float32)
+            r = torch.as_tensor(data["r_orig"], dtype=torch.float32)
+
+            def value(b):
+                return (1 - pi[b]) * (r[b, 0] + alpha * self.reward_net(x0[b]).squeeze(-1)) + \
+                    pi[b] * (r[b, 1] + alpha * self.reward_net(x1[b]).squeeze(-1))
+        else:
+            x = _inputs(data["obs"], data["action"], data["group"], self.G)
+            r = torch.as_tensor(data["reward"], dtype=torch.float32)
+
+            def value(b):
+                return r[b] + alpha * self.reward_net(x[b]).squeeze(-1)
         order = self.rng.permutation(len(i))
         for s in range(0, len(order), batch):
             k = order[s:s + batch]
-            bi, bj = torch.as_tensor(i[k]), torch.as_tensor(j[k])
-            ri = r[bi] + alpha * self.reward_net(x[bi]).squeeze(-1)
-            rj = r[bj] + alpha * self.reward_net(x[bj]).squeeze(-1)
-            loss = (ri - rj).abs().mean()
+            loss = (value(torch.as_tensor(i[k])) - value(torch.as_tensor(j[k]))).abs().mean()
             self.reward_opt.zero_grad()
             loss.backward()
             self.reward_opt.step()
@@ -576,6 +637,11 @@ class BisimTrainer:
         import time
 
         p, bisim = self.p, self.bisim
+        if p.reward_target == "expected":  # J_rew on R_orig(s, a), not on each outcome's own reward
+            data = {**data, "reward": bisim.expected_reward(data)}
+        elif p.reward_target == "policy":  # on R^pi(s, g) = sum_a pi(a | s) R(s, a, g) (Eq. 8)
+            bisim.expected_reward(data)
+            data = {**data, "pi": behaviour_probs(self.learner, data["obs"]), "r_orig": bisim.r_orig(data)}
         pairs = bisim._pairs(data)
         before = bisim.j_rew(data, pairs)
         for _ in range(p.reward_iterations):
