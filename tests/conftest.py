@@ -3,6 +3,8 @@ console script (user errors -> 2, no traceback)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +45,22 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def call_in_process(*args: str) -> tuple[int, str, str]:
+    """``abm ARGS`` in this process: (exit code, stdout, stderr) as the console script would
+    report them. Any exception escaping ``main`` (a traceback for the user) fails the test."""
+    from abm import cli as abm_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    argv, sys.argv = sys.argv, ["abm", *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                abm_cli.main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()

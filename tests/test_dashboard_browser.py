@@ -167,6 +167,21 @@ def test_search_open_timeline_and_compare_with_the_event_log(dashboard, browser,
 
 
 @pytest.mark.slow
+
+def _live_controls(browser):
+    """The live view's episode counter text (a function of the driver) and its buttons by label."""
+    from selenium.webdriver.common.by import By
+
+    def counter(d) -> str:
+        found = d.find_elements(By.CSS_SELECTOR, ".abm-live-episode")
+        return found[0].text if found else ""
+
+    def button(label: str):
+        return [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip().upper() == label][0]
+
+    return counter, button
+
+
 def test_live_view_steps_and_plays_to_the_last_episode(browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -178,12 +193,7 @@ def test_live_view_steps_and_plays_to_the_last_episode(browser):
         wait = WebDriverWait(browser, 90, poll_frequency=0.2)
         browser.get(url)
 
-        def counter(d) -> str:
-            found = d.find_elements(By.CSS_SELECTOR, ".abm-live-episode")
-            return found[0].text if found else ""
-
-        def button(label: str):
-            return [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip().upper() == label][0]
+        counter, button = _live_controls(browser)
 
         wait.until(lambda d: counter(d).startswith("Episode 0 of 4"))
         button("STEP").click()
@@ -347,12 +357,7 @@ def test_live_view_has_the_scenarios_parameters_and_draws_from_the_first_step(br
         wait = WebDriverWait(browser, 120, poll_frequency=0.3, ignored_exceptions=(StaleElementReferenceException,))
         browser.get(url)
 
-        def counter(d) -> str:
-            found = d.find_elements(By.CSS_SELECTOR, ".abm-live-episode")
-            return found[0].text if found else ""
-
-        def button(label: str):
-            return [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip().upper() == label][0]
+        counter, button = _live_controls(browser)
 
         wait.until(lambda d: counter(d).startswith("Episode 0 of 3"))
         assert "arrivals.base_slope = 0.02" in counter(browser)  # the values in use are shown

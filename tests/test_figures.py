@@ -147,6 +147,16 @@ def test_paper_figures_keep_the_seeds_panel_layout(tmp_path):
     assert fig1.panels[1].series[0].y[0] == pytest.approx(0.1) and fig1.panels[1].reference == 0.1
     assert (figures.save(fig1, tmp_path)).stat().st_size > 10_000
 
+    # named settings (the seed's and the public code's) get a series each, never one pooled bar
+    for r in rows:
+        r["group"] = "seed"
+    public = [{**r, "group": "public", "run_id": r["run_id"] + "-public", "exact_dp_gap": 0.3} for r in rows]
+    pd.DataFrame(rows + public).to_parquet(tmp_path / "study.parquet")
+    (fig1,) = seed001.figures(tmp_path)
+    dp_value = fig1.panels[1].series
+    assert [s.label for s in dp_value] == ["group public, gamma = 0.8", "group seed, gamma = 0.8"]
+    assert [s.y[0] for s in dp_value] == pytest.approx([0.3, 0.1])
+
     runs = []
     for method in ("max_util", "eo_threshold"):
         for r in range(3):

@@ -14,9 +14,7 @@ docs/RELIABILITY.md reports the figures. Cases that once found a bug are kept as
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
 import math
 import sys
@@ -30,7 +28,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from abm import cli
+from conftest import call_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -46,22 +44,7 @@ def fuzz(n: int):
                                            HealthCheck.data_too_large])
 
 
-def call(*args: str) -> tuple[int, str, str]:
-    """``abm ARGS`` in this process: (exit code, stdout, stderr). Any exception escaping
-    ``main`` (a traceback for the user) fails the test."""
-    out, err = io.StringIO(), io.StringIO()
-    argv = sys.argv
-    sys.argv = ["abm", *args]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                cli.main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
+call = call_in_process
 
 
 def assert_user_error(code: int, err: str, *needles: str) -> list[str]:

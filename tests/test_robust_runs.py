@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from abm import cli
 from abm.config import MAX_APPLICATIONS, config_hash, load_scenario, scenario_to_dict, validate_scenario_dict
 from abm.errors import UserError
+from conftest import call_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -48,20 +49,7 @@ def report_counts():
     print("\nrobust-run cases:", dict(CASES))
 
 
-def call(*args: str) -> tuple[int, str, str]:
-    """``abm ARGS`` in this process: (exit code, stdout, stderr); an escaping exception fails."""
-    out, err = io.StringIO(), io.StringIO()
-    argv, sys.argv = sys.argv, ["abm", *args]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                cli.main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
+call = call_in_process
 
 
 def one_line(code: int, err: str, *needles: str) -> str:

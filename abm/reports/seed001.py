@@ -110,14 +110,14 @@ def figure1_spec(folder: str | Path, epsilon: float = 0.1):
 
     final = final_rows(folder)
     style = fig.Style.of(final)
-    gamma_col = "bank.gamma" if "bank.gamma" in final.columns else None
-    gammas = sorted(final[gamma_col].unique()) if gamma_col else [None]
+    # one series per setting (named group and/or gamma, as in the tables): a study with the seed's
+    # and the public code's settings side by side must not pool their runs into one bar
+    parts = settings(final)
     panels = []
     for constraint, name in (("dp", "demographic parity"), ("eo", "equal opportunity")):
         for what in ("reward", "constraint"):
             series, cats = [], [title for title, _, _ in ROWS]
-            for gamma in gammas:
-                part = final if gamma is None else final[final[gamma_col] == gamma]
+            for setting, part in parts:
                 exact, sim, se, colours = [], [], [], []
                 for _, label, params in ROWS:
                     full = _label(label, None if params is None else constraint)
@@ -135,10 +135,10 @@ def figure1_spec(folder: str | Path, epsilon: float = 0.1):
                         sim.append(abs(float(r[f"sim_{constraint}_gap"])))
                         se.append(float(r[f"sim_{constraint}_gap_se"]))
                 sim, se = np.array(sim), np.array(se)
-                series.append(fig.Series(label=f"gamma = {gamma}" if gamma is not None else "exact",
+                series.append(fig.Series(label=setting or "exact",
                                              x=np.arange(len(cats), dtype=float), y=np.array(exact), estimate=sim,
                                              low=sim - 1.96 * se, high=sim + 1.96 * se, colors=colours,
-                                             color=colours[0], setting=str(gamma)))
+                                             color=colours[0], setting=setting or "exact"))
             ylabel = "bank reward <Lambda, R> (principal units)" if what == "reward" else \
                 "constraint value |gap| (smallest feasible epsilon)"
             letter = "abcd"[len(panels)]
@@ -146,8 +146,8 @@ def figure1_spec(folder: str | Path, epsilon: float = 0.1):
                                              f"{'reward' if what == 'reward' else 'constraint value'}",
                                              "planner", ylabel, series, kind="bar", categories=cats,
                                              reference=epsilon if what == "constraint" else None,
-                                             legend_title="bars: exact; hatch: gamma"))
-    caption = ("Bars: exact values of the policy each run used (hatch: gamma); black diamonds: simulated estimate "
+                                             legend_title="bars: exact; hatch: setting"))
+    caption = ("Bars: exact values of the policy each run used (hatch: setting, a named group and/or gamma); black diamonds: simulated estimate "
                f"pooled over the run's applicants, whiskers +- 1.96 SE; grey line: epsilon = {epsilon:g}.")
     return fig.Panels("seed001_figure1", "Seed 001 Figure 1 form", panels, ncols=2, caption=caption)
 
