@@ -152,7 +152,6 @@ BAD = [  # (scenario file, --set, a word the one-line message names)
     ("lending-credit.yaml", "observation.encoding=binary", "encoding"),
     ("lending-credit.yaml", "policy.name=elbert_po policy.normalize=batch", "normalize"),
     ("lending-credit.yaml", "policy.name=a_ppo policy.normalize=epoch", "normalize"),
-    ("lending-credit.yaml", "policy.name=elbert_po policy.normalize=minibatch policy.backend=lean", "normalize"),
     ("lending-credit.yaml", "policy.name=ppo policy.eval_episodes=0", "eval_episodes"),
     ("lending-credit.yaml", "policy.name=ppo policy.eval_episodes=1000", "eval_episodes"),
     ("lending-credit.yaml", "policy.name=bisim_ppo policy.probe_envs=0", "probe_envs"),

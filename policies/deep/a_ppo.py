@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, model_serializer
 
 from policies.deep.common import DeepLender
-from policies.deep.elbert_po import bind_minibatch, check_minibatch_backend
+from policies.deep.elbert_po import bind_minibatch
 from policies.deep.learner import RolloutContext
 from policies.deep.ppo import PPOLearner, PPOParams
 
@@ -32,11 +32,6 @@ class APPOParams(PPOParams):
     beta_2: float = Field(0.25, ge=0, le=1e6, description="Weight of the gap-widening penalty div_t.")
     normalize: Literal["rollout", "minibatch"] = Field("rollout", description=(
         "Where the three terms are min-max scaled: over the rollout, or over each minibatch (the reference)."))
-
-    @model_validator(mode="after")
-    def _minibatch_needs_sb3(self) -> "APPOParams":
-        check_minibatch_backend(self)
-        return self
 
     @model_serializer(mode="wrap")
     def _dump(self, handler):

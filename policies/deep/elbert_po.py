@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, model_serializer
 
 from abm.errors import UserError
 
@@ -45,11 +45,6 @@ class ELBERTParams(PPOParams):
         "Where the advantages are standardised: rollout (A, A_U, A_B over the rollout, the fair advantage "
         "again per minibatch) or minibatch (the reference: A, A_U, A_B per minibatch, once)."))
 
-    @model_validator(mode="after")
-    def _minibatch_needs_sb3(self) -> "ELBERTParams":
-        check_minibatch_backend(self)
-        return self
-
     @model_serializer(mode="wrap")
     def _dump(self, handler):
         """``normalize`` is left out of the dump at its default (added later: older runs keep their
@@ -60,25 +55,25 @@ class ELBERTParams(PPOParams):
         return data
 
 
-def check_minibatch_backend(p) -> None:
-    """``normalize: minibatch`` rewrites each minibatch inside the learner's update: implemented for
-    the Stable-Baselines3 learner (``bind_minibatch``)."""
-    if p.normalize == "minibatch" and getattr(p, "backend", "sb3") != "sb3":
-        raise ValueError("normalize: minibatch is implemented for backend sb3 only")
-
-
 def bind_minibatch(learner, transform: Callable[[np.ndarray, np.ndarray], np.ndarray], renormalize: bool) -> None:
-    """Route every minibatch of an SB3 PPO update through ``transform(rows, advantages)``.
+    """Route every minibatch of a PPO update through ``transform(rows, advantages)``.
 
     ``rows`` are the minibatch's positions in the rollout's decision records (step-major, as the
-    adjuster saw them: row t * n_envs + k); ``advantages`` the buffer's values there. SB3's buffer
-    flattens env-major (index k * n_steps + t), hence the mapping. ``renormalize`` keeps (True) or
-    turns off (False) SB3's own per-minibatch standardisation after the transform.
+    adjuster saw them: row t * n_envs + k); ``advantages`` the learner's values there.
+    ``renormalize`` keeps (True) or turns off (False) the learner's own per-minibatch
+    standardisation after the transform. The lean learner takes the hook directly
+    (``LeanPPOLearner.minibatch_hook``, already step-major); SB3's buffer flattens env-major
+    (index k * n_steps + t), hence the mapping there.
     """
+    from policies.deep.lean_ppo import LeanPPOLearner
+
+    if isinstance(learner, LeanPPOLearner):
+        learner.minibatch_hook = (transform, renormalize)
+        return
     model = getattr(learner, "model", None)
     buf = getattr(model, "rollout_buffer", None)
     if buf is None or not hasattr(buf, "_get_samples"):
-        raise UserError("policy.normalize: minibatch needs the Stable-Baselines3 PPO learner (backend: sb3)")
+        raise UserError("policy.normalize: minibatch needs a PPO learner (backend sb3 or lean)")
     original = buf._get_samples
     steps, envs = buf.buffer_size, buf.n_envs
 

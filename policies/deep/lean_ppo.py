@@ -32,7 +32,7 @@ its training env). Torch and numpy's BLAS run on one thread.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -134,10 +134,11 @@ def backward(net: FlatParams, x: np.ndarray, act: np.ndarray, d_logits: np.ndarr
 
 
 def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_logprobs, mb_advantages,
-             mb_returns, mb_values) -> float:
+             mb_returns, mb_values, norm_adv: bool | None = None) -> float:
     """SB3's PPO loss of one minibatch (clipped surrogate + vf_coef * clipped-value MSE - ent_coef *
     entropy) whose i-th observation is ``rows[inverse[i]]``; writes its gradient into
-    ``net.grad`` and returns its value. Observations that repeat in the minibatch share one
+    ``net.grad`` and returns its value. ``norm_adv`` overrides ``cfg.norm_adv`` (a minibatch hook
+    that standardises on its own turns it off). Observations that repeat in the minibatch share one
     forward and one backward pass (their gradients at the heads add up first): the same gradient
     as row by row, for less work where states repeat (a lending market's scores and counts)."""
     m, c = len(inverse), cfg.clip_coef
@@ -150,7 +151,7 @@ def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_
     entropy = -(probs * logp).sum(axis=1)
     ratio = np.exp(newlogprob - mb_logprobs)
 
-    if cfg.norm_adv and m > 1:
+    if (cfg.norm_adv if norm_adv is None else norm_adv) and m > 1:
         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(ddof=1) + 1e-8)
     pg_loss1 = -mb_advantages * ratio
     pg_loss2 = -mb_advantages * np.clip(ratio, 1 - c, 1 + c)
@@ -197,6 +198,11 @@ class LeanPPOLearner(LeanLearner):
         self.cfg = LeanPPOConfig.from_params(params)
         self.optimizer: Adam | None = None
         self.rng = np.random.default_rng(self.seed)
+        # (transform(rows, advantages) -> advantages, renormalize): every minibatch's advantages go
+        # through transform (ELBERT-PO's and A-PPO's ``normalize: minibatch``); rows are the
+        # minibatch's positions in the rollout's decision records, step-major (t * K + k), as the
+        # advantage adjuster saw them; renormalize keeps the per-minibatch standardisation after it
+        self.minibatch_hook: tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], bool] | None = None
 
     def make_model(self, obs_dim: int) -> FlatParams:
         return actor_critic(obs_dim, self.cfg.hidden)
@@ -312,7 +318,12 @@ class LeanPPOLearner(LeanLearner):
             for start in range(0, n, cfg.batch_size):
                 mb = b_inds[start:start + cfg.batch_size]
                 used, inverse = np.unique(b_row[mb], return_inverse=True)
-                ppo_loss(net, cfg, rows[used], inverse, b_actions[mb], b_logprobs[mb], b_advantages[mb],
-                         b_returns[mb], b_values[mb])
+                adv, norm_adv = b_advantages[mb], None
+                if self.minibatch_hook is not None:
+                    transform, norm_adv = self.minibatch_hook
+                    adv = np.asarray(transform(mb, adv.astype(float)), dtype=np.float32)
+                    norm_adv = norm_adv and cfg.norm_adv
+                ppo_loss(net, cfg, rows[used], inverse, b_actions[mb], b_logprobs[mb], adv,
+                         b_returns[mb], b_values[mb], norm_adv=norm_adv)
                 clip_grad_norm(net.grad, cfg.max_grad_norm)
                 opt.step(net.grad)
