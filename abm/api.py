@@ -61,9 +61,12 @@ def _policy_name(policy: Any) -> str | None:
 
 
 def resolve_scenario(scenario: Any, *, policy: Any = None, episodes: int | None = None, seed: int | None = None,
-                     overrides: Iterable[str] = (), objective: str | None = None):
-    """The validated scenario object for the API's inputs (what ``abm run`` would resolve)."""
+                     overrides: Iterable[str] = (), objective: Any = None):
+    """The validated scenario object for the API's inputs (what ``abm run`` would resolve);
+    ``objective`` is a string or a ``CustomObjective`` subclass."""
     name = _policy_name(policy)
+    if isinstance(objective, type):  # objective=MyObjective: a CustomObjective subclass, by its plugin name
+        objective = registry.register_objective(objective)
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if isinstance(scenario, (str, Path)):
         return load_scenario(scenario, overrides, policy=name, episodes=episodes, seed=seed, objective=objective)
@@ -188,33 +191,13 @@ class Run:
             raise UserError("history: this run did not keep an event log (outputs.events: false)")
         return self._events[self._events["agent_id"] == int(agent_id)].reset_index(drop=True)
 
-    def _group_columns(self) -> dict[str, tuple[str, str]]:
-        """Wide per-group column -> (metric, group), e.g. ``mean_wealth_F`` -> (mean_wealth, F)."""
-        groups = sorted(self.group_names, key=len, reverse=True)
-        found = {}
-        for col in self.episodes.columns:
-            for g in groups:
-                if col.endswith(f"_{g}") and len(col) > len(g) + 1:
-                    found[col] = (col[: -len(g) - 1], g)
-                    break
-        return found
-
     def tidy(self) -> pd.DataFrame:
         """The per-group metrics in long form: columns episode, group, metric, value (one row per
-        episode, group and metric), from the wide ``<metric>_<group>`` columns of ``episodes``."""
-        columns = self._group_columns()
-        if not columns:
-            return pd.DataFrame({"episode": pd.Series(dtype="int64"), "group": pd.Series(dtype="object"),
-                                 "metric": pd.Series(dtype="object"), "value": pd.Series(dtype="float64")})
-        wide = self.episodes[["episode", *columns]]
-        long = wide.melt(id_vars="episode", var_name="column", value_name="value")
-        long["metric"] = long["column"].map(lambda c: columns[c][0])
-        long["group"] = pd.Categorical(long["column"].map(lambda c: columns[c][1]), categories=self.group_names)
-        long["value"] = long["value"].astype(float)
-        metrics = list(dict.fromkeys(m for m, _ in columns.values()))
-        long["metric_order"] = long["metric"].map({m: i for i, m in enumerate(metrics)})
-        long = long.sort_values(["episode", "metric_order", "group"], kind="stable")
-        return long[["episode", "group", "metric", "value"]].reset_index(drop=True)
+        episode, group and metric), from the wide ``<metric>_<group>`` columns of ``episodes``;
+        the same function writes a run folder's ``episodes_tidy.csv`` (``abm.runner.tidy_episodes``)."""
+        from abm.runner import tidy_episodes
+
+        return tidy_episodes(self.episodes, self.group_names)
 
     # -- Mesa's DataCollector shapes ----------------------------------------------------------
     @property
@@ -271,7 +254,7 @@ class Run:
 
 
 def run(scenario: Any, *, policy: Any = None, episodes: int | None = None, seed: int | None = None,
-        overrides: Iterable[str] = (), out: str | Path | None = None, objective: str | None = None,
+        overrides: Iterable[str] = (), out: str | Path | None = None, objective: Any = None,
         recompute: bool = False, on_episode: Callable[[dict], None] | None = None) -> Run:
     """Simulate a scenario; ``out=None``: in memory, no files; ``out=ROOT``: also write (or reuse)
     the run folder ``ROOT/<name>-<policy>-seed<S>-<hash>/`` exactly as ``abm run --out ROOT``.

@@ -122,29 +122,66 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
 
 
 @app.command()
-def inspect(run_dir: Path = typer.Argument(..., help="A run folder."),
+def inspect(run_dir: Path = typer.Argument(..., help="A run folder (a study folder: its runs)."),
             agent: Optional[int] = typer.Option(None, help="Applicant id: print its timeline."),
             group: Optional[str] = typer.Option(None, help="Group name: print its summary."),
-            limit: int = typer.Option(200, help="At most this many timeline rows."),
+            limit: Optional[int] = typer.Option(None, help="At most this many timeline rows (default 200; an "
+                                                "export writes every row unless --limit is given)."),
             neighbours: bool = typer.Option(True, "--neighbours/--no-neighbours",
-                                            help="Runs with a network: interleave the neighbours' approvals.")) -> None:
-    """An applicant's timeline or a group's summary from a run folder (a study folder: its runs)."""
-    from abm.inspect import agent_timeline, group_summary, load_run, study_runs
+                                            help="Runs with a network: interleave the neighbours' approvals."),
+            json_: Optional[str] = typer.Option(None, "--json", metavar="PATH",
+                                                help="Write what inspect shows as one JSON object to PATH "
+                                                "(-: stdout) instead of printing the table."),
+            csv_: Optional[str] = typer.Option(None, "--csv", metavar="PATH",
+                                               help="Write what inspect shows as a CSV table to PATH (-: stdout) "
+                                               "instead of printing the table.")) -> None:
+    """A run's per-group overview, an applicant's timeline or a group's summary from a run folder (a
+    study folder: its runs); --json / --csv PATH export the same as data."""
+    from abm import inspect as ins
 
-    if limit < 0:
+    if limit is not None and limit < 0:
         raise UserError(f"--limit: must be 0 or more, got {limit}")
-    runs = study_runs(run_dir)
+    if json_ is not None and csv_ is not None:
+        raise UserError("inspect: give --json PATH or --csv PATH, not both")
+    fmt, target = ("json", json_) if json_ is not None else ("csv", csv_) if csv_ is not None else (None, None)
+    runs = ins.study_runs(run_dir)
+    if runs is not None and fmt is not None and agent is None and group is None:
+        payload, table = ins.study_export(run_dir, runs)
+        return _export(fmt, target, payload, table, f"{len(runs)} runs of study {run_dir}")
     if runs is not None:  # list them (stdout), then the one-line error of load_run
         for run_id, finished in runs:
             typer.echo(f"{run_dir / 'runs' / run_id}{'' if finished else '  (not finished)'}")
-    run = load_run(run_dir)
-    con = _console()
+    run = ins.load_run(run_dir)
+    if fmt is None:
+        con = _console()
+        if agent is not None:
+            con.print(ins.agent_timeline(run, agent, 200 if limit is None else limit, neighbours))
+        elif group is not None:
+            con.print(ins.group_summary(run, group))
+        else:
+            con.print(ins.run_overview(run))
+        return
     if agent is not None:
-        con.print(agent_timeline(run, agent, limit, neighbours))
+        payload, table = ins.agent_export(run, agent, limit, neighbours)
+        what = f"applicant {agent}'s history ({len(table)} rows)"
     elif group is not None:
-        con.print(group_summary(run, group))
+        payload, table = ins.group_export(run, group)
+        what = f"group {group}'s summary"
     else:
-        raise UserError("inspect: give --agent ID or --group G")
+        payload, table = ins.run_export(run)
+        what = f"the run's overview ({len(table)} groups)"
+    _export(fmt, target, payload, table, what)
+
+
+def _export(fmt: str, target: str, payload: dict, table, what: str) -> None:
+    """``abm inspect --json/--csv``: the data to stdout (``-``) or to a file (then one line saying so)."""
+    from abm.inspect import export_text, write_export
+
+    text = export_text(fmt, payload, table)
+    if target == "-":
+        typer.echo(text, nl=False)
+        return
+    typer.echo(f"inspect: {what} -> {write_export(text, target, f'--{fmt}')}")
 
 
 @app.command()
@@ -210,11 +247,29 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
 
 
 @app.command()
-def report(folder: Path = typer.Argument(..., help="A run or study folder.")) -> None:
+def report(folder: Path = typer.Argument(..., help="A run or study folder."),
+           frontier_x: Optional[str] = typer.Option(None, "--frontier-x", metavar="METRIC",
+                                                    help="A study: also draw the frontier with this metric on x "
+                                                    "(default: the first fairness metric, e.g. wealth_gap)."),
+           frontier_y: Optional[str] = typer.Option(None, "--frontier-y", metavar="METRIC",
+                                                    help="A study: also draw the frontier with this metric on y "
+                                                    "(default: the first profit metric, e.g. "
+                                                    "cumulative_profit).")) -> None:
     """Render tables (Markdown/CSV) and PNG plots for a run or a study."""
     from abm.reports import render
 
-    typer.echo(f"report: {render(folder)}")
+    if frontier_x is None and frontier_y is None:
+        typer.echo(f"report: {render(folder)}")
+        return
+    from abm.reports.study import frontier_axes, is_study_folder, write_frontier
+
+    flag = "--frontier-x" if frontier_x is not None else "--frontier-y"
+    if not is_study_folder(folder):
+        raise UserError(f"{flag}: applies to a study folder (study.yaml or runs/), and {folder} is not one")
+    x, y = frontier_axes(folder, frontier_x, frontier_y)  # checked before anything is drawn
+    written = render(folder)
+    typer.echo(f"report: {written}")
+    typer.echo(f"frontier: {write_frontier(folder, x, y, written)}")
 
 
 @app.command()
@@ -273,6 +328,18 @@ def init(folder: Path = typer.Argument(..., help="A new or empty folder.")) -> N
     files = copy_scenarios(folder)
     typer.echo(f"{len(files)} scenario files copied to {folder}/; next: abm validate {folder}/eutopia.yaml, "
                f"abm run {folder}/lending-credit.yaml --episodes 3")
+
+
+@app.command()
+def schema(markdown: bool = typer.Option(False, "--markdown", help="The Markdown field reference instead."),
+           check: bool = typer.Option(False, "--check", help="Exit 1 if docs/scenario-reference.md or "
+                                      "docs/scenario.schema.json is stale (a source checkout).")) -> None:
+    """Print the JSON Schema of a scenario file (for editors); --markdown: the field reference."""
+    from abm import reference
+
+    if check:
+        raise SystemExit(reference.main(["--check"]))
+    typer.echo(reference.markdown() if markdown else reference.json_text(), nl=False)
 
 
 @app.command()

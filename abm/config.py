@@ -150,7 +150,9 @@ class ScenarioBase(Section):
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Root seed; every random stream of the run is spawned from it.")
     episodes: EpisodesConfig = Field(default_factory=EpisodesConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    objective: str | None = Field(None, description="Learning objective 'perspective:family[:param]' (learning policies).")
+    objective: str | None = Field(None, description=(
+        "Learning objective 'perspective:family[:param]' (learning policies), or a plugin objective by "
+        "'module:Class' (an abm.objectives.CustomObjective subclass) or by its abm.objectives entry point."))
     outputs: OutputsConfig = Field(default_factory=OutputsConfig)
 
     @field_validator("objective")

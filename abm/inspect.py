@@ -6,11 +6,22 @@ every problem with one is a one-line ``UserError`` naming the file (exit 2), nev
 ``episodes.parquet`` has rows and a numeric ``time``, ``agents.parquet`` has rows, a ``group``
 column and integer ``agent_id`` 0..n-1 in row order; ``Run.events`` checks the event log's
 columns and types before filtering it. A study folder is recognised and its runs are listed.
+
+Exports (``abm inspect ... --json PATH`` / ``--csv PATH``, ``-``: stdout) carry what the
+printed tables show: a run's overview (JSON: one object with the keys ``kind``, ``folder``,
+``summary``, ``final``, ``groups``; CSV: the per-group table, one row per group), a group's row
+of that table (``--group``), an applicant's history (``--agent``: JSON keys ``kind``,
+``folder``, ``agent_id``, ``applicant``, ``events``; CSV: the event rows, with the neighbours'
+approvals of a run with a network marked ``whose = neighbour``), or a study folder's runs
+(JSON keys ``kind``, ``folder``, ``runs``; CSV: one row per run with its headline metrics). In
+JSON a missing or non-finite number is ``null``.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +34,10 @@ from abm.errors import UserError
 
 EVENT_COLUMNS = ("time", "episode", "agent_id", "kind")  # what a timeline needs; amount etc. are optional
 NUMERIC_EVENT_COLUMNS = ("time", "amount", "wealth_after", "decision_prob")
+# a run's headline numbers (final episode) where its family records them: the study listing's columns
+HEADLINE = ("wealth_gap", "inequality_ratio", "cumulative_profit", "cumulative_return", "credit_gap", "recall_gap",
+            "exact_reward", "exact_dp_gap", "exact_eo_gap")
+EXPORT_FORMATS = ("json", "csv")
 
 
 def _reason(exc: BaseException) -> str:
@@ -176,6 +191,11 @@ def neighbour_approvals(run: Run, agent_id: int) -> pd.DataFrame | None:
     return ev[ev["kind"].astype(str) == "approve"]
 
 
+def _check_agent(run: Run, agent_id: int) -> None:
+    if not (0 <= agent_id < len(run.agents)):
+        raise UserError(f"--agent: no applicant {agent_id} (ids are 0..{len(run.agents) - 1})")
+
+
 def agent_timeline(run: Run, agent_id: int, limit: int = 200, neighbours: bool = True):
     """An applicant's events; with a network, its neighbours' approvals interleaved ("neighbour
     j approved": what excites its applications and informs its perceived approval)."""
@@ -183,8 +203,7 @@ def agent_timeline(run: Run, agent_id: int, limit: int = 200, neighbours: bool =
 
     if limit < 0:
         raise UserError(f"--limit: must be 0 or more, got {limit}")
-    if not (0 <= agent_id < len(run.agents)):
-        raise UserError(f"--agent: no applicant {agent_id} (ids are 0..{len(run.agents) - 1})")
+    _check_agent(run, agent_id)
     row = run.agents.iloc[agent_id]
     ev = run.events(agent_id=agent_id)
     title = (f"applicant {agent_id} (group {row['group']}): initial wealth {_money(row.get('initial_wealth'))}, "
@@ -229,6 +248,204 @@ def group_summary(run: Run, group: str):
         if str(c).endswith(f"_{group}") and pd.api.types.is_numeric_dtype(run.episodes[c]):
             table.add_row(f"last episode {c}", f"{float(last[c]):.4f}")
     return table
+
+
+# -- a run's overview and the exports ------------------------------------------------------------
+def group_names(run: Run) -> list[str]:
+    """The run's groups: agents.parquet's category order (else order of appearance)."""
+    groups = run.agents["group"]
+    if isinstance(groups.dtype, pd.CategoricalDtype):
+        return [str(g) for g in groups.cat.categories]
+    return [str(g) for g in pd.unique(groups.astype(str))]
+
+
+def _numeric_episodes(run: Run) -> pd.DataFrame:
+    ep = run.episodes[[c for c in run.episodes.columns if pd.api.types.is_numeric_dtype(run.episodes[c])]]
+    return ep if "episode" in ep.columns else ep.assign(episode=np.arange(len(ep)))
+
+
+def final_metrics(run: Run) -> dict:
+    """The last episode's numbers that are not per group (``wealth_gap``, ``cumulative_profit`` ...)."""
+    from abm.runner import group_columns
+
+    ep = _numeric_episodes(run)
+    per_group = group_columns(ep.columns, group_names(run))
+    last = ep.iloc[-1]
+    return {str(c): last[c] for c in ep.columns if c not in per_group}
+
+
+def per_group_table(run: Run) -> pd.DataFrame:
+    """One row per group: ``group``, ``applicants``, ``mean_<column>`` of agents.parquet's numeric
+    columns, ``share_ever_approved`` (where applicants count approvals) and ``final_<metric>``: the
+    last episode's per-group metrics (``episodes.parquet``'s ``<metric>_<group>`` columns, parsed by
+    ``abm.runner.tidy_episodes``, the function behind ``episodes_tidy.csv``)."""
+    from abm.runner import tidy_episodes
+
+    names = group_names(run)
+    agents = run.agents
+    labels = agents["group"].astype(str)
+    numeric = [c for c in agents.columns
+               if c not in ("agent_id", "group") and pd.api.types.is_numeric_dtype(agents[c])]
+    final = tidy_episodes(_numeric_episodes(run).iloc[[-1]], names)
+    rows = []
+    for g in names:
+        part = agents[labels == g]
+        rec: dict = {"group": g, "applicants": int(len(part))}
+        for c in numeric:
+            rec[f"mean_{c}"] = float(part[c].astype(float).mean()) if len(part) else np.nan
+        if "approvals" in numeric:
+            rec["share_ever_approved"] = float((part["approvals"] > 0).mean()) if len(part) else np.nan
+        for r in final[final["group"].astype(str) == g].itertuples(index=False):
+            rec[f"final_{r.metric}"] = float(r.value)
+        rows.append(rec)
+    columns = list(dict.fromkeys(k for rec in rows for k in rec))
+    return pd.DataFrame(rows, columns=columns)
+
+
+def run_overview(run: Run):
+    """``abm inspect RUN``: the run's summary line and its per-group table (one column per group)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = per_group_table(run)
+    s = run.summary
+    title = (f"{run.folder.name}: {s.get('family', '?')} / {s.get('policy', '?')}, seed {s.get('seed', '?')}, "
+             f"{len(run.episodes)} episodes, {len(run.agents):,} applicants")
+    out = Table(title=escape(title))
+    out.add_column("measure")
+    for g in table["group"]:
+        out.add_column(escape(str(g)), justify="right")
+    for col in table.columns[1:]:
+        out.add_row(escape(str(col)), *[_num4(v) for v in table[col]])
+    final = final_metrics(run)
+    shown = [f"{k} = {_num4(final[k])}" for k in HEADLINE if k in final]
+    if shown:
+        out.caption = escape("final episode: " + "; ".join(shown))
+    return out
+
+
+def run_export(run: Run) -> tuple[dict, pd.DataFrame]:
+    """The overview as (JSON object, CSV table)."""
+    table = per_group_table(run)
+    return ({"kind": "run", "folder": str(run.folder), "summary": run.summary, "final": final_metrics(run),
+             "groups": table.to_dict("records")}, table)
+
+
+def group_export(run: Run, group: str) -> tuple[dict, pd.DataFrame]:
+    """One group's row of the per-group table as (JSON object, CSV table of one row)."""
+    table = per_group_table(run)
+    if group not in set(table["group"]):
+        raise UserError(f"--group: no group {group!r} (groups: {', '.join(sorted(table['group']))})")
+    row = table[table["group"] == group].reset_index(drop=True)
+    measures = {k: v for k, v in row.iloc[0].to_dict().items() if k != "group"}
+    return {"kind": "group", "folder": str(run.folder), "group": group, "measures": measures}, row
+
+
+def agent_export(run: Run, agent_id: int, limit: int | None = None,
+                 neighbours: bool = True) -> tuple[dict, pd.DataFrame]:
+    """An applicant's history as (JSON object, CSV table): its events in time order (every column of
+    the event log, plus ``whose``: ``own``, or ``neighbour`` for a neighbour's approval in a run with
+    a network, unless ``neighbours`` is off); ``limit``: at most that many rows (None: all)."""
+    if limit is not None and limit < 0:
+        raise UserError(f"--limit: must be 0 or more, got {limit}")
+    _check_agent(run, agent_id)
+    ev = run.events(agent_id=agent_id)
+    ev = ev.astype({c: str for c in ("kind", "group") if c in ev.columns}).assign(whose="own")
+    nb = neighbour_approvals(run, agent_id) if neighbours else None
+    if nb is not None and len(nb):
+        nb = nb.astype({c: str for c in ("kind", "group") if c in nb.columns}).assign(whose="neighbour")
+        ev = pd.concat([ev, nb], ignore_index=True).sort_values("time", kind="mergesort")
+    ev = ev.reset_index(drop=True)
+    if limit is not None:
+        ev = ev.head(limit)
+    applicant = run.agents.iloc[agent_id].to_dict()
+    return ({"kind": "agent", "folder": str(run.folder), "agent_id": int(agent_id), "applicant": applicant,
+             "events": ev.to_dict("records")}, ev)
+
+
+def study_export(folder: str | Path, runs: list[tuple[str, bool]]) -> tuple[dict, pd.DataFrame]:
+    """A study folder's runs as (JSON object, CSV table): ``run_id``, ``finished``, and from each
+    finished run's summary.json ``family``, ``policy``, ``objective``, ``seed``, ``episodes`` and the
+    final episode's ``HEADLINE`` metrics that any run records (null where a run has none, or its
+    summary.json is unreadable)."""
+    folder = Path(folder)
+    found = []
+    for run_id, finished in runs:
+        summary: dict = {}
+        if finished:
+            try:
+                loaded = json.loads((folder / "runs" / run_id / "summary.json").read_bytes().decode("utf-8"))
+                summary = loaded if isinstance(loaded, dict) else {}
+            except (OSError, ValueError):
+                summary = {}
+        final = summary.get("final") if isinstance(summary.get("final"), dict) else {}
+        rec = {"run_id": run_id, "finished": bool(finished),
+               **{k: summary.get(k) for k in ("family", "policy", "objective", "seed", "episodes")}}
+        found.append((rec, final))
+    present = [k for k in HEADLINE if any(k in final for _, final in found)]
+    records = [{**rec, **{k: final.get(k) for k in present}} for rec, final in found]
+    columns = ["run_id", "finished", "family", "policy", "objective", "seed", "episodes", *present]
+    table = pd.DataFrame(records, columns=columns, dtype=object)  # object: 64-bit seeds stay exact
+    return {"kind": "study", "folder": str(folder), "runs": records}, table
+
+
+def plain(value):
+    """``value`` as plain JSON data: numpy scalars and arrays unwrapped, NaN and infinities -> None."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [plain(v) for v in value.tolist()]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (str, int)):
+        return value
+    return str(value)
+
+
+def export_text(fmt: str, payload: dict, table: pd.DataFrame) -> str:
+    """The export in ``fmt`` (json: the object, indented; csv: the table with a header)."""
+    if fmt == "json":
+        return json.dumps(plain(payload), indent=2, allow_nan=False) + "\n"
+    if fmt == "csv":
+        return table.to_csv(index=False, lineterminator="\n")
+    raise UserError(f"inspect: unknown export format {fmt!r} (formats: {', '.join(EXPORT_FORMATS)})")
+
+
+def write_export(text: str, target: str | Path, flag: str) -> Path:
+    """Write ``text`` to ``target`` atomically (a temporary file renamed); any failure is one line
+    naming the flag and the path."""
+    path = Path(target)
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder; give a file path (or - for stdout)")
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        reason = "a folder on its path is a file" if isinstance(exc, (FileExistsError, NotADirectoryError)) else \
+            exc.strerror or _reason(exc)
+        raise UserError(f"{flag} {path}: cannot write ({reason})") from None
+    return path
+
+
+def _num4(v) -> str:
+    try:
+        return "" if v is None or pd.isna(v) else f"{float(v):.4g}"
+    except (TypeError, ValueError):
+        return str(v)
 
 
 def _num(v) -> str:

@@ -22,20 +22,30 @@ String form: ``perspective:family[:param]``, e.g. ``outcome:lagrangian:1.0``,
 ``two_sided:rawlsian`` (alpha 0.5), ``two_sided(0.3):social_welfare``,
 ``two_sided:social_welfare:0.3`` (alpha), ``two_sided(0.3):lagrangian:2``. See docs/MODEL.md,
 "Learning objectives".
+
+Your own objective (a plugin): a ``CustomObjective`` subclass implementing ``reward(stats)``,
+named ``module:Class`` (or by an entry point of the group ``abm.objectives``) wherever an
+objective string goes. ``parse`` builds it with no arguments; the registry loads, refuses and
+fingerprints it as it does a policy plugin (``abm.registry``).
 """
 
 from __future__ import annotations
 
+import math
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from abm import registry
 from abm.errors import UserError
 
 PERSPECTIVES = ("outcome", "dm", "two_sided")
 FAMILIES = ("utilitarian", "social_welfare", "rawlsian", "lagrangian")
-FORMS = "outcome|dm|two_sided[(alpha)] : utilitarian|social_welfare|rawlsian|lagrangian[:lambda]"
+FORMS = ("outcome|dm|two_sided[(alpha)] : utilitarian|social_welfare|rawlsian|lagrangian[:lambda], "
+         "or a plugin module:Class")
 DEFAULT_ALPHA = 0.5
 DEFAULT_LAMBDA = 1.0
 _PATTERN = re.compile(r"^\s*(?P<perspective>\w+)\s*(?:\((?P<alpha>[^)]*)\))?\s*:\s*(?P<family>\w+)\s*"
@@ -88,6 +98,50 @@ class Objective:
         return f"{head}:{self.family}{tail}"
 
 
+class CustomObjective(ABC):
+    """Base of your own objective: implement ``reward(stats)``, the episode's reward from the
+    world's ``episode_stats()`` (per-group numpy arrays ``sizes``, ``mean_wealth``,
+    ``mean_wealth_change`` (not in beta_belief), ``profit``, ``applications``, ``approvals``;
+    ``groups``, ``episode``; a family's extras). Name it ``module:Class`` in a scenario's
+    ``objective`` (``--objective``, a study's ``objectives``); it is built with no arguments, so
+    a parameter is a class attribute (a subclass per setting). A learning policy calls
+    ``value(stats)``, which checks that the reward is a finite number."""
+
+    #: the name it was given (``module:Class``), set by ``parse``; ``str(objective)`` is it
+    name: str = ""
+
+    @abstractmethod
+    def reward(self, stats: dict[str, Any]) -> float:
+        """The reward of the episode just ended (what a learner maximises each episode)."""
+
+    def value(self, stats: dict[str, Any]) -> float:
+        """The episode's reward under this objective (``reward``, checked)."""
+        got = self.reward(stats)
+        try:
+            value = float(got)
+        except (TypeError, ValueError):
+            raise UserError(f"objective {self}: reward() returned {type(got).__name__} {got!r:.60}, "
+                            f"not a number") from None
+        if not math.isfinite(value):
+            raise UserError(f"objective {self}: reward() returned {value} (it must be a finite number)")
+        return value
+
+    def __str__(self) -> str:
+        return self.name or f"{type(self).__module__}:{type(self).__qualname__}"
+
+
+def _plugin(name: str) -> CustomObjective:
+    cls = registry.objective_class(name)
+    try:
+        objective = cls()
+    except Exception as exc:  # noqa: BLE001  the user's constructor: theirs to fix, in one line
+        why = " ".join(str(exc).split()) or "no message"
+        raise UserError(f"objective: unknown objective {name!r}: {cls.__qualname__}() failed "
+                        f"({type(exc).__name__}: {why}); it is built with no arguments") from None
+    objective.name = name
+    return objective
+
+
 def _number(text: str, what: str, low: float, high: float) -> float:
     try:
         value = float(text)
@@ -98,10 +152,13 @@ def _number(text: str, what: str, low: float, high: float) -> float:
     return value
 
 
-def parse(text: str) -> Objective:
-    """Parse ``perspective:family[:param]`` or raise a UserError naming the allowed forms."""
+def parse(text: str) -> Objective | CustomObjective:
+    """Parse ``perspective:family[:param]``, or build the plugin objective ``module:Class``; or
+    raise a UserError naming the allowed forms (a plugin: naming why it was refused)."""
     if not isinstance(text, str):
         raise UserError(f"objective: expected a string like 'outcome:lagrangian:1.0', got {text!r} (forms: {FORMS})")
+    if registry.is_objective_plugin(text):
+        return _plugin(text.strip())
     m = _PATTERN.match(text)
     if not m:
         raise UserError(f"objective: cannot parse {text!r} (forms: {FORMS})")

@@ -65,7 +65,7 @@ def code_fingerprint(scenario=None) -> str:
         return base
     from abm import registry
 
-    modules = registry.plugin_modules(scenario.policy.name, scenario.family)
+    modules = registry.plugin_modules(scenario.policy.name, scenario.family, scenario.objective)
     return base + "".join(f"+{m}={plugin_hash(m)}" for m in modules if not _is_project_module(m))
 
 

@@ -1,8 +1,9 @@
-"""The two plugin tables: family name -> module, policy name -> "module:Class", and plugins.
+"""The plugin tables: family name -> module, policy name -> "module:Class", event kinds, and plugins.
 
-Scenario files, ``--policy``, studies and the Python API refer to policies and families by name.
-A built-in name comes from the tables below. Anything else is a *plugin*, resolved only in
-these forms (nothing else a user wrote is ever imported):
+Scenario files, ``--policy``, studies and the Python API refer to policies, families and
+objectives by name. A built-in name comes from the tables below (objectives: the forms of
+``abm.objectives``). Anything else is a *plugin*, resolved only in these forms (nothing else a
+user wrote is ever imported):
 
   policy  ``module:Class`` (a ``policies.base.Policy`` subclass in an importable module), or
           the name of an entry point in the group ``abm.policies`` of an installed package
@@ -10,13 +11,22 @@ these forms (nothing else a user wrote is ever imported):
   family  a dotted module path ``package.module`` whose module defines ``Scenario`` (a
           ``abm.config.ScenarioBase`` subclass with ``family: Literal["package.module"]``) and
           ``World`` (``abm.world.World``), or the name of an entry point in the group
-          ``abm.families`` (its value the module; the Literal is then the entry point's name).
+          ``abm.families`` (its value the module; the Literal is then the entry point's name);
+  objective ``module:Class`` (an ``abm.objectives.CustomObjective`` subclass, built with no
+          arguments), or the name of an entry point in the group ``abm.objectives``; a string whose
+          first part is a built-in perspective or whose second a built-in reward family is a
+          built-in objective (so ``dm:Foo`` is a bad built-in, never a module ``dm``).
 
-A plugin module is imported as any module is (``sys.path``: PYTHONPATH, an installed package);
+One loader (``_resolve``) serves policies and objectives. A plugin module is imported as any module is (``sys.path``: PYTHONPATH, an installed package);
 when it is not found there, the working directory is tried (appended, so it never shadows an
 installed package), as ``python -c`` would. A name that fails to import, or names something
-that is not a Policy (or not a family module), is a one-line ``UserError`` naming it (exit 2).
-Loaded plugins' source files are part of a run's code fingerprint (``abm.provenance``).
+that is not a Policy (or not a family module, or not a CustomObjective), is a one-line
+``UserError`` naming it (exit 2). Loaded plugins' source files are part of a run's code
+fingerprint (``abm.provenance``, from ``plugin_modules``).
+
+A family's own event kinds (beyond the core's apply, approve, reject, repay, default) are
+registered here too: the built-ins' in ``FAMILY_EVENT_KINDS``, a plugin family's by
+``register_event_kinds`` (called by its module before it asks ``abm.eventlog.kind_code``).
 
 Modules are imported lazily, when a name is first used, so listing names costs nothing and a
 family's or policy's heavy imports (torch) cost only its users; pydantic, numpy and pandas are
@@ -66,11 +76,13 @@ class _FamilyNames(tuple):
 
 FAMILY_NAMES = _FamilyNames(FAMILIES)
 # event kinds a family logs beyond the core's (apply, approve, reject, repay, default); appended to
-# the event log's vocabulary in this order (``abm.eventlog.KIND_NAMES``). Plugin families log the
-# core's kinds only (the vocabulary is fixed when the event log is imported).
+# the event log's vocabulary in this order (``abm.eventlog.KIND_NAMES``). A plugin family adds its
+# own with ``register_event_kinds`` (appended after these, in the order they are registered).
 FAMILY_EVENT_KINDS: dict[str, tuple[str, ...]] = {
     "admissions": ("admit", "manipulate", "leave"),
 }
+# the core's kinds (``abm.eventlog.EventKind``, which this layer cannot import): no family may reuse them
+CORE_EVENT_KINDS = ("apply", "approve", "reject", "repay", "default")
 # A light mirror of each built-in family's ``Scenario.capabilities``, so ``abm policies`` can show
 # where each policy applies without importing a family (tests/test_plugins.py keeps it exact).
 FAMILY_CAPABILITIES: dict[str, frozenset[str]] = {
@@ -80,10 +92,41 @@ FAMILY_CAPABILITIES: dict[str, frozenset[str]] = {
     "admissions": frozenset({"score_curve", "decision_env"}),
     "beta_belief": frozenset({"loan_mdp"}),
 }
-ENTRY_POINT_GROUPS = {"policy": "abm.policies", "family": "abm.families"}
+ENTRY_POINT_GROUPS = {"policy": "abm.policies", "family": "abm.families", "objective": "abm.objectives"}
 # the extra that installs a missing third-party module a built-in policy or family needs
 EXTRAS = {"torch": "rl", "stable_baselines3": "rl", "gymnasium": "rl", "nevergrad": "rl", "solara": "dashboard"}
 _PLUGIN_FAMILIES: dict[str, Any] = {}  # plugin family name -> its module
+
+
+def register_event_kinds(family: str, kinds: tuple[str, ...] | list[str]) -> None:
+    """Register a (plugin) family's own event kinds, so that ``abm.eventlog.kind_code(name)`` gives
+    their codes and every event log's ``kind`` categories include them. Call it in the family's
+    module before asking for a code (``registry.register_event_kinds(__name__, ("audit",))``).
+    A name must be a lower-case identifier, not a core kind and not another family's; registering
+    the same names again (a re-imported module) changes nothing. Codes are per process: event
+    logs are written with their kinds' names (a categorical), never with the codes."""
+    kinds = tuple(kinds)
+    what = f"family {family!r}: event kinds {kinds!r}"
+    if not isinstance(family, str) or not family:
+        raise UserError(f"{what}: the family must be named (a non-empty string)")
+    for name in kinds:
+        if not (isinstance(name, str) and name.isidentifier() and name == name.lower()):
+            raise UserError(f"{what}: {name!r} is not a lower-case identifier")
+        if name in CORE_EVENT_KINDS:
+            raise UserError(f"{what}: {name!r} is a core event kind (abm.eventlog.EventKind)")
+        owner = next((f for f, names in FAMILY_EVENT_KINDS.items() if name in names and f != family), None)
+        if owner is not None:
+            raise UserError(f"{what}: {name!r} is already family {owner!r}'s")
+    if len(set(kinds)) != len(kinds):
+        raise UserError(f"{what}: a kind is listed twice")
+    known = FAMILY_EVENT_KINDS.get(family, ())
+    FAMILY_EVENT_KINDS[family] = known + tuple(k for k in kinds if k not in known)
+    # the event log (core, above this layer) built its vocabulary when it was imported; extend it
+    # in place, by name (not an import), so codes handed out earlier stay what they were
+    log = sys.modules.get("abm.eventlog")
+    vocabulary = getattr(log, "KIND_NAMES", None)
+    if isinstance(vocabulary, list):
+        vocabulary.extend(k for k in kinds if k not in vocabulary)
 
 
 def _is_family_plugin(name: str) -> bool:
@@ -193,8 +236,10 @@ POLICY_REQUIRES: dict[str, frozenset[str]] = {
     "unconstrained": _MDP, "explore_then_commit": _MDP,
 }
 _PLUGIN_POLICIES: dict[str, type] = {}  # plugin policy name -> its class (resolved or registered)
-# every refused policy name begins so, whatever the reason (then ": why")
+_PLUGIN_OBJECTIVES: dict[str, type] = {}  # plugin objective name -> its class (resolved or registered)
+# every refused policy (objective) name begins so, whatever the reason (then ": why")
 _UNKNOWN_POLICY = "policy.name: unknown policy {name}"
+_UNKNOWN_OBJECTIVE = "objective: unknown objective {name}"
 
 
 # -- entry points and imports -------------------------------------------------------------------
@@ -206,8 +251,8 @@ def _entry_points(group: str) -> dict[str, Any]:
 
 
 def entry_points(kind: str) -> dict[str, Any]:
-    """Installed packages' entry points of ``kind`` ('policy' or 'family'), by name (built-in
-    names win over an entry point of the same name)."""
+    """Installed packages' entry points of ``kind`` ('policy', 'family' or 'objective'), by name
+    (built-in names win over an entry point of the same name)."""
     return _entry_points(ENTRY_POINT_GROUPS[kind])
 
 
@@ -267,18 +312,26 @@ def _check_policy_class(obj: Any, name: str, target: str) -> type:
     return obj
 
 
-def _load_policy(name: str) -> type:
-    eps = entry_points("policy")
+def _resolve(kind: str, name: str, what: str) -> tuple[Any, str]:
+    """The object a plugin name refers to, and its ``module:Attr`` target: the name itself, or
+    the value of the entry point of that name in ``kind``'s group. Every refusal is one
+    ``UserError`` beginning with ``what`` (then ": why")."""
+    eps = entry_points(kind)
     target = eps[name].value if ":" not in name and name in eps else name
     module_name, sep, attr = target.partition(":")
     if not sep or not attr:
-        raise _refused(name, f"expected module:Class, got {target!r}")
-    module = _import_plugin(module_name, _UNKNOWN_POLICY.format(name=repr(name)))
+        raise UserError(f"{what}: expected module:Class, got {target!r}")
+    module = _import_plugin(module_name, what)
     obj = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
-            raise _refused(name, f"module {module_name!r} has no {attr!r}")
+            raise UserError(f"{what}: module {module_name!r} has no {attr!r}")
+    return obj, target
+
+
+def _load_policy(name: str) -> type:
+    obj, target = _resolve("policy", name, _UNKNOWN_POLICY.format(name=repr(name)))
     cls = _check_policy_class(obj, name, target)
     _PLUGIN_POLICIES[name] = cls
     return cls
@@ -321,19 +374,79 @@ def get(name: str) -> type:
                     f"a plugin is module:Class)")
 
 
-def plugin_modules(policy_name: str | None, family: str | None) -> list[str]:
-    """The modules of the plugins a scenario uses (none for built-ins), for the fingerprint."""
+def plugin_modules(policy_name: str | None, family: str | None, objective: str | None = None) -> list[str]:
+    """The modules of the plugins a scenario uses (none for built-ins), for the fingerprint:
+    its policy's, its family's and its objective's (``scenario.objective``)."""
     found = []
     if policy_name is not None and policy_name not in POLICIES:
         found.append(get(policy_name).__module__)
     if family is not None and not tuple.__contains__(FAMILY_NAMES, family):
         found.append(family_module(family).__name__)
+    if objective is not None and is_objective_plugin(objective):
+        found.append(objective_class(objective).__module__)
     return sorted(set(found))
 
 
 def registered_classes(module: str) -> list[type]:
-    """Plugin policy classes registered from ``module`` (sources for a module without a file)."""
-    return [cls for cls in _PLUGIN_POLICIES.values() if cls.__module__ == module]
+    """Plugin policy and objective classes registered from ``module`` (sources for a module
+    without a file)."""
+    return [cls for cls in (*_PLUGIN_POLICIES.values(), *_PLUGIN_OBJECTIVES.values()) if cls.__module__ == module]
+
+
+# -- objectives ---------------------------------------------------------------------------------
+def _objective_base() -> type:
+    return importlib.import_module("abm.objectives").CustomObjective  # by name: it parses through here
+
+
+def is_objective_plugin(text: str) -> bool:
+    """Whether an objective string names a plugin rather than a built-in form: ``module:Class``
+    whose first part is no built-in perspective and whose second no built-in reward family,
+    a registered class's name, or an ``abm.objectives`` entry point's name."""
+    if not isinstance(text, str):
+        return False
+    name = text.strip()
+    if name in _PLUGIN_OBJECTIVES:
+        return True
+    if ":" not in name:
+        return bool(name) and name in entry_points("objective")
+    builtin = importlib.import_module("abm.objectives")
+    head, _, rest = name.partition(":")
+    return head.split("(")[0].strip() not in builtin.PERSPECTIVES and \
+        rest.split(":")[0].strip() not in builtin.FAMILIES
+
+
+def _check_objective_class(obj: Any, name: str, target: str) -> type:
+    what = _UNKNOWN_OBJECTIVE.format(name=repr(name))
+    if not (isinstance(obj, type) and issubclass(obj, _objective_base())):
+        got = f"class {obj.__name__}" if isinstance(obj, type) else type(obj).__name__
+        raise UserError(f"{what}: {target} is not an abm.objectives.CustomObjective subclass (got {got})")
+    if inspect.isabstract(obj):
+        raise UserError(f"{what}: {target} is abstract (it must implement reward)")
+    return obj
+
+
+def objective_class(name: str) -> type:
+    """The class of a plugin objective: ``module:Class``, a registered class's name or an
+    ``abm.objectives`` entry point's name (loaded once, refused in one line)."""
+    name = name.strip()
+    if name in _PLUGIN_OBJECTIVES:
+        return _PLUGIN_OBJECTIVES[name]
+    obj, target = _resolve("objective", name, _UNKNOWN_OBJECTIVE.format(name=repr(name)))
+    cls = _check_objective_class(obj, name, target)
+    _PLUGIN_OBJECTIVES[name] = cls
+    return cls
+
+
+def register_objective(cls: type) -> str:
+    """Register a CustomObjective subclass given as an object; returns its name
+    ``module:QualName``, usable as a scenario's ``objective`` like any plugin name."""
+    name = f"{cls.__module__}:{cls.__qualname__}" if isinstance(cls, type) else repr(cls)
+    _check_objective_class(cls, name, name)
+    if "<locals>" in cls.__qualname__:
+        raise UserError(f"{_UNKNOWN_OBJECTIVE.format(name=repr(name))}: a class defined inside a function has no "
+                        f"importable name; define it at the top level of a module or notebook")
+    _PLUGIN_OBJECTIVES[name] = cls
+    return name
 
 
 # -- parameters, building, fit ------------------------------------------------------------------

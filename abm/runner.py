@@ -36,6 +36,8 @@ from abm.provenance import code_fingerprint, differs, recorded_fingerprint, set_
 from abm.world import HeadlineSummary, NullableMetrics
 
 COMPLETE_MARKER = "summary.json"  # written last: its presence means the folder is complete
+TIDY_FILE = "episodes_tidy.csv"  # episodes.parquet's per-group columns, long: episode, group, metric, value
+TIDY_COLUMNS = ("episode", "group", "metric", "value")
 # the columns a readable run folder's tables must have (episodes: the engine's; events: the log's)
 EPISODE_COLUMNS = ("episode",)
 EVENT_COLUMNS = ("time", "episode", "agent_id", "group", "kind", "amount", "wealth_after", "decision_prob")
@@ -142,6 +144,41 @@ def safe_child(root: Path, name: str) -> Path:
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:
     table = pa.Table.from_pandas(frame, preserve_index=False)
     pq.write_table(table, path, compression="zstd")
+
+
+def group_columns(columns, group_names) -> dict[str, tuple[str, str]]:
+    """Wide per-group columns -> (metric, group): ``mean_wealth_F`` -> (mean_wealth, F). The longest
+    group name is tried first (groups ``A`` and ``B_A``: ``x_B_A`` is metric ``x`` of ``B_A``)."""
+    groups = sorted((str(g) for g in group_names), key=len, reverse=True)
+    found = {}
+    for col in columns:
+        col = str(col)
+        for g in groups:
+            if col.endswith(f"_{g}") and len(col) > len(g) + 1:
+                found[col] = (col[: -len(g) - 1], g)
+                break
+    return found
+
+
+def tidy_episodes(episodes: pd.DataFrame, group_names) -> pd.DataFrame:
+    """The per-group metrics of an episodes table in long form: columns episode, group (categorical,
+    ``group_names`` order), metric, value (float); sorted by episode, then metric (in column order),
+    then group. What ``episodes_tidy.csv`` holds and ``abm.api.Run.tidy()`` returns."""
+    names = [str(g) for g in group_names]
+    columns = group_columns(episodes.columns, names)
+    if not columns:
+        return pd.DataFrame({"episode": pd.Series(dtype="int64"),
+                             "group": pd.Series(pd.Categorical([], categories=names)),
+                             "metric": pd.Series(dtype="object"), "value": pd.Series(dtype="float64")})
+    wide = episodes[["episode", *columns]]
+    long = wide.melt(id_vars="episode", var_name="column", value_name="value")
+    long["metric"] = long["column"].map(lambda c: columns[c][0])
+    long["group"] = pd.Categorical(long["column"].map(lambda c: columns[c][1]), categories=names)
+    long["value"] = long["value"].astype(float)
+    metrics = list(dict.fromkeys(m for m, _ in columns.values()))
+    long["metric_order"] = long["metric"].map({m: i for i, m in enumerate(metrics)})
+    long = long.sort_values(["episode", "metric_order", "group"], kind="stable")
+    return long[list(TIDY_COLUMNS)].reset_index(drop=True)
 
 
 def check_run(sim, episodes: pd.DataFrame, events: pd.DataFrame | None) -> None:
@@ -268,6 +305,7 @@ def write_folder(folder: Path, scenario, sim, episodes: pd.DataFrame, events: pd
     resolved["abm_version"] = __version__
     (folder / "scenario.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     write_parquet(episodes, folder / "episodes.parquet")
+    tidy_episodes(episodes, sim.world.group_names).to_csv(folder / TIDY_FILE, index=False, lineterminator="\n")
     if events is not None:
         write_parquet(events, folder / "events.parquet")
     write_parquet(sim.world.agents_table(), folder / "agents.parquet")

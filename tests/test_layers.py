@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("policies", ("policies", "policies.*")),
     ("assembly", ("abm.runner", "abm.population")),
     ("applications", ("abm.study", "abm.study.*", "abm.reports", "abm.reports.*", "abm.inspect", "abm.bench",
-                      "abm.dashboard", "abm.dashboard.*", "abm.cli", "abm.api", "abm.plugins")),
+                      "abm.dashboard", "abm.dashboard.*", "abm.cli", "abm.api",
+                      "abm.reference")),
 )
 PACKAGES = ("abm", "policies")
 

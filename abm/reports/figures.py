@@ -367,6 +367,18 @@ def profit_choices(columns) -> list[str]:
     return [c for c in PROFITS if c in set(columns)]
 
 
+# columns of study.parquet that are numbers but not metrics (a run's identity and clock)
+NOT_METRICS = ("replicate", "seed", "episode", "time")
+
+
+def frontier_metrics(study: pd.DataFrame) -> list[str]:
+    """The columns a frontier axis may be (``abm report --frontier-x/--frontier-y``): the study's
+    numeric metric columns, in study.parquet's order (not the run's identity, clock or grid values)."""
+    skip = {*NOT_METRICS, *grid_keys_of(study)}
+    return [str(c) for c in study.columns if c not in skip and pd.api.types.is_numeric_dtype(study[c])
+            and not pd.api.types.is_bool_dtype(study[c])]
+
+
 def final_rows(study: pd.DataFrame) -> pd.DataFrame:
     """Each run's last episode."""
     last = study.groupby("run_id", sort=False)["episode"].transform("max")
@@ -414,7 +426,7 @@ def frontier(study: pd.DataFrame, fairness: str | None = None, profit: str | Non
                              pareto=np.array([bool(star)])))
     fm = METRIC_BY_STEM.get(fairness, Metric(fairness, fairness, fairness))
     pm = METRIC_BY_STEM.get(profit, Metric(profit, profit, profit))
-    toward = "|gap - 1|" if rule == "from_one" else "|gap|"
+    toward = ("|gap - 1|" if rule == "from_one" else "|gap|") if fairness in dict(FAIRNESS) else f"|{fairness}|"
     caption = (f"Final episode. Points: mean over seeded runs; whiskers: 95% confidence intervals (Student t, "
                f"n - 1 d.f.) on both axes; n = runs. * and ringed: Pareto-optimal (no other configuration has a "
                f"smaller {toward} and a larger {pm.title}).")

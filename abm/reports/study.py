@@ -10,6 +10,7 @@ colour per policy, line style per setting, groups on the same axes, legends outs
                           cumulative profit: a point per configuration, CI whiskers on both axes, Pareto
                           points marked; ``frontier_<x>_<y>.png`` for every other fairness metric the
                           family records, and for ``render_study(..., fairness=, profit=)``'s choice
+                          (``abm report STUDY --frontier-x METRIC --frontier-y METRIC``: ``write_frontier``)
     group_rates.png       selection / default / true-positive rate per group and their gaps over episodes
     distribution.png      quantile bands of each group's wealth (or score) over episodes, from the runs'
                           event logs
@@ -23,6 +24,7 @@ whether the study's runs carry what the paper's tables need, ``write(folder, out
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable, Protocol
 
@@ -182,3 +184,50 @@ def write_figures(folder: Path, summary: pd.DataFrame, out: Path, manifest: dict
         if spec is not None:
             written.append(figures.save(spec, out))
     return written
+
+
+def frontier_axes(folder: str | Path, x: str | None, y: str | None) -> tuple[str, str]:
+    """The frontier axes ``abm report --frontier-x X --frontier-y Y`` asks for, checked against the
+    study's metric columns (``figures.frontier_metrics``); an axis not given is the default one (the
+    first fairness metric, the first profit metric the study records). Any problem is one line
+    naming the flag and listing the valid names."""
+    folder = Path(folder)
+    path = folder / "study.parquet"
+    flag = "--frontier-x" if x is not None else "--frontier-y"
+    if not path.is_file():
+        raise UserError(f"{flag}: {path} is missing (a study folder with finished runs has one)")
+    try:
+        study = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001  pyarrow raises many kinds for a damaged file
+        raise UserError(f"{flag}: {path} is unreadable ({type(exc).__name__})") from None
+    valid = figures.frontier_metrics(study)
+    names = ", ".join(valid) or "none"
+    chosen = []
+    for flag, name, defaults in (("--frontier-x", x, figures.fairness_choices(study.columns)),
+                                 ("--frontier-y", y, figures.profit_choices(study.columns))):
+        if name is None:
+            if not defaults:
+                raise UserError(f"{flag}: this study has no default metric for this axis; give one of: {names}")
+            name = defaults[0]
+        elif name not in valid:
+            raise UserError(f"{flag}: unknown metric {name!r}; valid names: {names}")
+        chosen.append(name)
+    return chosen[0], chosen[1]
+
+
+def write_frontier(folder: str | Path, x: str, y: str, out: str | Path | None = None) -> Path:
+    """Draw the frontier of ``x`` (fairness axis) against ``y`` into ``out`` (default the study's
+    ``report/``), in the report's colours: ``frontier.png`` for the default axes, else
+    ``frontier_<x>_<y>.png``. The file appears whole (drawn under a temporary name, then renamed)."""
+    folder = Path(folder)
+    out = Path(out) if out is not None else folder / "report"
+    manifest = read_manifest(folder)
+    summary = load_summary(folder)
+    study = pd.read_parquet(folder / "study.parquet")
+    style = figures.Style.of(summary, figures.groups_in(summary.columns, "_mean"))
+    spec = figures.frontier(study, x, y, family=study_family(manifest), style=style)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = figures.save(spec, out, f".tmp-{spec.name}-{os.getpid()}")
+    final = out / f"{spec.name}.png"
+    os.replace(tmp, final)
+    return final
