@@ -36,7 +36,10 @@ default) every probe simulation starts from the training world as it is when the
 (scores, histories, who is still in the pool: the world's ``copy_state_from``), under the
 candidate's omega; ``fresh`` starts from a newly generated population instead. The
 ``dynamics_rollout`` decisions are split over ``probe_envs`` simulations stepped side by side,
-so each step is one batched policy forward.
+so each step is one batched policy forward; each probe is advanced by ``ProbeEnv.decide`` (the
+calls ``AbmEnv.step`` makes, without its info and record dicts) into preallocated record arrays.
+What a candidate costs beyond that is T_psi's refit (``GaussianModel.fit``: ``step``'s arithmetic
+in fewer numpy calls) and the probe simulations' own events and construction, the engine's.
 
 Outer loop (L2-17). Every ``outer_steps`` decisions (one PPO rollout, K = 1 update) D is the
 rollout just collected; M reward iterations run on it; in the full variant a dynamics phase of
@@ -48,6 +51,7 @@ collected under phi_{k-1}, omega_{k-1}).
 
 from __future__ import annotations
 
+import gc
 import inspect
 import math
 import warnings
@@ -267,6 +271,88 @@ class GaussianModel:
             p[name] -= (self.lr / c1) * m / (np.sqrt(v) / math.sqrt(c2) + 1e-8)
         return loss
 
+    def fit(self, x: np.ndarray, base: np.ndarray, target: np.ndarray, orders: list[np.ndarray], batch: int) -> None:
+        """``step`` on the minibatches ``order[s:s + batch]`` of each order in ``orders``, in turn:
+        the same arithmetic in the same order, so the same weights bit for bit (tests/
+        test_bisim_fidelity.py), without the loss (nobody reads it) and with fewer numpy calls:
+        the minibatches gathered in one indexing, the weights, gradients and Adam moments as
+        views of flat vectors (Adam's update is elementwise: one pass over all four arrays), the
+        intermediate arrays reused. The dynamics phase refits T_psi 60 times per candidate."""
+        if not orders:
+            return
+        k = self.k
+        lo, hi = self.LOG_SD
+        names = tuple(self.params)
+        shapes = [self.params[name].shape for name in names]
+        flat = np.concatenate([self.params[name].ravel() for name in names])
+        m = np.concatenate([self.m[name].ravel() for name in names])
+        v = np.concatenate([self.v[name].ravel() for name in names])
+        grad, tmp, upd = np.empty_like(flat), np.empty_like(flat), np.empty_like(flat)
+
+        def views(vec):
+            out, start = {}, 0
+            for name, shape in zip(names, shapes):
+                size = math.prod(shape)
+                out[name] = vec[start:start + size].reshape(shape)
+                start += size
+            return out
+
+        P, Gr = views(flat), views(grad)
+        W1, b1, W2, b2 = P["W1"], P["b1"], P["W2"], P["b2"]
+        gW1, gb1, gW2, gb2 = Gr["W1"], Gr["b1"], Gr["W2"], Gr["b2"]
+        W2T = W2.T  # a view: follows the updates
+        idx = np.concatenate(orders)
+        X, BASE, Y = x[idx], base[idx], target[idx]
+        lr, t = self.lr, self.t
+        row = 0
+        for order in orders:
+            n_order = len(order)
+            for s in range(0, n_order, batch):
+                e = min(s + batch, n_order)
+                n = e - s
+                xb, bb, yb = X[row + s:row + e], BASE[row + s:row + e], Y[row + s:row + e]
+                h = xb @ W1
+                h += b1
+                np.tanh(h, out=h)
+                out = h @ W2
+                out += b2
+                raw = out[:, k:]
+                log_sd = np.minimum(np.maximum(raw, lo), hi)  # np.clip's values, without its wrapper
+                inside = log_sd == raw  # lo <= raw <= hi (False for NaN, as the comparisons)
+                inv_var = np.exp(-2.0 * log_sd)
+                err = yb - (bb + out[:, :k])
+                d_out = np.empty_like(out)
+                np.divide(err * inv_var, -n, out=d_out[:, :k])  # -err * inv_var / n: the same rounding
+                sq = err * err  # err**2
+                sq *= inv_var
+                np.subtract(1.0, sq, out=sq)
+                sq /= n
+                np.multiply(sq, inside, out=d_out[:, k:])
+                d_h = d_out @ W2T
+                d_h *= 1.0 - h**2
+                np.matmul(h.T, d_out, out=gW2)
+                np.sum(d_out, axis=0, out=gb2)
+                np.matmul(xb.T, d_h, out=gW1)
+                np.sum(d_h, axis=0, out=gb1)
+                t += 1
+                c1, c2 = 1.0 - 0.9**t, 1.0 - 0.999**t
+                m *= 0.9
+                np.multiply(0.1, grad, out=tmp)
+                m += tmp
+                v *= 0.999
+                np.multiply(0.001, grad, out=tmp)
+                tmp *= grad
+                v += tmp
+                np.sqrt(v, out=tmp)
+                tmp /= math.sqrt(c2)
+                tmp += 1e-8
+                np.multiply(lr / c1, m, out=upd)
+                upd /= tmp
+                flat -= upd
+            row += n_order
+        self.t = t
+        self.params, self.m, self.v = P, views(m), views(v)
+
 
 class Bisimulator:
     """R_phi, T_psi, omega and the two inner optimisations of Algorithm 1."""
@@ -402,11 +488,8 @@ class Bisimulator:
         target = data["next_obs"][:, self.keep].astype(float)
         n = len(target)
         rng = self.rng if rng is None else rng
-        for _ in range(epochs):
-            order = rng.permutation(n)
-            for s in range(0, n, batch):
-                idx = order[s:s + batch]
-                self.dynamics.step(x[idx], base[idx], target[idx])
+        # one Adam step per minibatch of each epoch's permutation (GaussianModel.fit: step's arithmetic)
+        self.dynamics.fit(x, base, target, [rng.permutation(n) for _ in range(epochs)], batch)
 
     def j_dyn(self, data, pairing: Callable[[np.ndarray, np.ndarray], tuple] | None = None) -> float:
         """gamma * mean W2 between the model's next-state Gaussians of matched pairs (L11, Eq. 11);
@@ -459,13 +542,23 @@ class Bisimulator:
         # omegas rather than how long the model has been training
         snapshot = self.dynamics.state()
         best, best_loss = start, np.inf
-        for _ in range(self.p.dynamics_iterations):
-            cand = opt.ask()
-            omega = np.asarray(cand.value, dtype=float)
-            loss = self.evaluate(omega, collect, draws, snapshot, fit_epochs)
-            opt.tell(cand, loss)
-            if loss < best_loss:
-                best, best_loss = omega, loss
+        # the objects alive now (the training world, the learner, torch and nevergrad) out of the
+        # cyclic garbage collector's scans while the candidates' probe simulations come and go:
+        # its collections were a sixth of the phase; nothing computed depends on them
+        freeze = gc.get_freeze_count() == 0  # not if the application froze objects of its own
+        if freeze:
+            gc.freeze()
+        try:
+            for _ in range(self.p.dynamics_iterations):
+                cand = opt.ask()
+                omega = np.asarray(cand.value, dtype=float)
+                loss = self.evaluate(omega, collect, draws, snapshot, fit_epochs)
+                opt.tell(cand, loss)
+                if loss < best_loss:
+                    best, best_loss = omega, loss
+        finally:
+            if freeze:
+                gc.unfreeze()
         self.dynamics.load(snapshot)  # the next phase warm-starts from this phase's warm start
         self.omega = best
         self.last_j_dyn = float(best_loss)
@@ -483,6 +576,29 @@ class ProbeEnv(AbmEnv):
         super()._new_sim(seed)
         if self.source is not None:
             self.sim.world.copy_state_from(self.source)
+
+    def decide(self, action: int, obs_row: np.ndarray, next_row: np.ndarray) -> tuple[int, bool, float, bool]:
+        """``step(action)`` for the probe rollouts: the same calls ``AbmEnv.step`` makes on the
+        simulation, in the same order (so the same trajectory), without its info and record
+        dicts. Writes the decided applicant's observation before and after the decision into
+        ``obs_row`` and ``next_row``; returns (group, true outcome, reward, alive), the next
+        request's observation being ``self._pending[3]`` while alive."""
+        req = self._req
+        if req is None:
+            raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")
+        world = self.sim.world
+        before = self._reward_total()
+        agent_id, group, outcome, obs_before = self._pending
+        obs_row[...] = obs_before
+        req.decided.succeed(action)
+        alive = self._advance()
+        reward = self._reward_total() - before
+        one = self._one
+        one[0] = agent_id
+        next_row[...] = world.observe(one)[0]  # float32 row: the adapter's _obs cast
+        if alive:  # AbmEnv.step keeps the last observation when the episode ends
+            self._last_obs = self._pending[3]
+        return group, outcome, float(reward), alive
 
 
 def behaviour_probs(learner: Learner, obs: np.ndarray) -> np.ndarray:
@@ -580,18 +696,30 @@ class BisimTrainer:
         for b, (env, seed) in enumerate(zip(envs, seeds)):
             env.scenario, env.source, env.sim_episodes = scenario, source, probe_episodes
             obs[b] = self._reset(env, seed, restart[b])
-        records = []
-        for t in range(per_env):
-            act = (u[t] < behaviour_probs(self.learner, obs)).astype(np.int64)
-            for b, env in enumerate(envs):
-                o, _, _, truncated, info = env.step(int(act[b]))
-                rec = dict(info["decided"])
-                rec["done"] = truncated
-                records.append(rec)
-                obs[b] = self._reset(env, int(restart[b].integers(SEED_BOUND)), restart[b]) if truncated else o
+        # the records, step-major (row t * len(envs) + b), preallocated: no dict per decision
+        shape = (per_env, len(envs))
+        group, action = np.empty(shape, np.int64), np.empty(shape, np.int64)
+        outcome, reward, done = np.empty(shape, bool), np.empty(shape, float), np.empty(shape, bool)
+        rec_obs, rec_next = np.empty(shape + obs.shape[1:], np.float32), np.empty(shape + obs.shape[1:], np.float32)
+        learner = self.learner
+        eps = float(learner.exploration_rate)  # behaviour_probs' epsilon: constant while the policy does not learn
+        with torch.no_grad():  # once, not per step (behaviour_probs enters it per call)
+            for t in range(per_env):
+                p = np.asarray(learner.approve_prob(obs), dtype=float)  # obs: float32 already
+                act = action[t]
+                np.less(u[t], (1.0 - eps) * p + 0.5 * eps, out=act, casting="unsafe")  # behaviour_probs
+                obs_t, next_t = rec_obs[t], rec_next[t]
+                for b, env in enumerate(envs):
+                    group[t, b], outcome[t, b], reward[t, b], alive = env.decide(int(act[b]), obs_t[b], next_t[b])
+                    done[t, b] = not alive
+                    obs[b] = env._pending[3] if alive else \
+                        self._reset(env, int(restart[b].integers(SEED_BOUND)), restart[b])
         for env in envs:
             env.source = None  # no reference to the training world between phases
-        return records_arrays(records)
+        n, d = per_env * len(envs), obs.shape[1]
+        return {"group": group.reshape(n), "action": action.reshape(n), "outcome": outcome.reshape(n),
+                "reward": reward.reshape(n), "done": done.reshape(n), "obs": rec_obs.reshape(n, d),
+                "next_obs": rec_next.reshape(n, d)}
 
     @staticmethod
     def _reset(env: ProbeEnv, seed: int, stream: np.random.Generator) -> np.ndarray:
