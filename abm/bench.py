@@ -428,10 +428,26 @@ def machine() -> dict[str, Any]:
     }
 
 
+def policies_listing(repeats: int = 5) -> dict[str, Any]:
+    """Wall time of ``abm policies`` (the console command, a fresh interpreter each time: what a
+    user waits for; no heavy imports to list names), median and max of ``repeats``, and of the
+    interpreter alone (``python -c pass``) for scale."""
+    def wall(args: list[str]) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, *args], capture_output=True, check=True, cwd=ROOT, timeout=120)
+        return time.perf_counter() - t0
+
+    listing = [wall(["-m", "abm.cli", "policies"]) for _ in range(repeats)]
+    bare = [wall(["-c", "pass"]) for _ in range(repeats)]
+    return {"abm_policies_s": float(np.median(listing)), "abm_policies_max_s": float(np.max(listing)),
+            "python_start_s": float(np.median(bare))}
+
+
 KEYS = ("engine_over_reference_6k", "engine_over_reference_60k", "engine_over_reference_600k",
         "doubling_time_ratio", "peak_memory_gb_1m", "perl_1000_episodes_s", "gym_steps_per_s",
         "study_speedup_2_workers", "network_over_plain_event_rate_100k",
-        "ppo_training_over_reference", "dqn_training_over_reference", "bisim_ppo_training_over_reference")
+        "ppo_training_over_reference", "dqn_training_over_reference", "bisim_ppo_training_over_reference",
+        "abm_policies_s")
 
 
 def run_bench(quick: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -446,6 +462,8 @@ def run_bench(quick: bool = False, log: Callable[[str], None] = print) -> dict[s
         r = engine_vs_reference(n, episodes, chunks)
         result[f"engine_over_reference_{tag}"] = r.pop("ratio")
         result.update({f"{k}_{tag}": v for k, v in r.items() if k not in ("n", "episodes")})
+    log("abm policies, 5 fresh interpreters ...")
+    result.update(policies_listing())
     if not quick:
         steps: list[tuple[str, Callable[[], dict[str, Any] | None]]] = [
             ("scaling at a fixed total rate", scaling), ("peak memory, N = 10^6", peak_memory),
@@ -472,7 +490,8 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     for key in KEYS:
         value = result.get(key)
         if value is None:
-            text = "skipped (--quick)" if quick and key != "engine_over_reference_6k" else "not available yet"
+            text = "skipped (--quick)" if quick and key not in ("engine_over_reference_6k", "abm_policies_s") \
+                else "not available yet"
         else:
             text = f"{value:,.3f}" if isinstance(value, float) else str(value)
         lines.append(f"{key:<28} {text}")

@@ -62,9 +62,11 @@ def test_quick_bench_writes_valid_json(cli, tmp_path):
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())  # strict JSON: no NaN/Infinity
     assert set(bench.KEYS) <= set(data)
-    for key in ("engine_over_reference_6k", "engine_sim_time_per_s_6k", "reference_sim_time_per_s_6k"):
+    measured = ("engine_over_reference_6k", "abm_policies_s")  # what --quick measures
+    for key in (*measured, "engine_sim_time_per_s_6k", "reference_sim_time_per_s_6k", "python_start_s"):
         assert isinstance(data[key], float) and math.isfinite(data[key]) and data[key] > 0
+    assert data["abm_policies_max_s"] >= data["abm_policies_s"] > data["python_start_s"]
     assert data["mode"] == "quick" and isinstance(data["agree_6k"], bool)
-    assert all(data[k] is None for k in bench.KEYS if k != "engine_over_reference_6k")
+    assert all(data[k] is None for k in bench.KEYS if k not in measured)
     assert data["commit"] and data["cpu_count"] >= 1
     assert "skipped (--quick)" in done.stdout and "engine_over_reference_6k" in done.stdout
