@@ -220,12 +220,22 @@ BAD = [  # (scenario file, --set, a word the one-line message names)
 
 
 @pytest.mark.parametrize("file,sets,word", BAD, ids=[f"{s}" for _, s, _ in BAD])
-def test_new_options_refuse_bad_values_in_one_line(cli, file, sets, word):
+def test_new_options_refuse_bad_values_in_one_line(file, sets, word):
+    """In this process (the console entry point's ``main``: same exit code and stderr, without a
+    7 s interpreter start per case); the subprocess path is checked once below."""
+    from conftest import call_in_process
+
     args = ["validate", str(SCENARIOS / file)]
     for item in sets.split(" "):
         args += ["--set", item]
-    res = cli(*args)
-    assert res.returncode == 2, (res.stdout, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and word in lines[0], res.stderr
-    assert "Traceback" not in res.stderr
+    code, out, err = call_in_process(*args)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and word in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_a_bad_seed_002_option_exits_2_from_the_console_command(cli):
+    file, sets, word = BAD[0]
+    res = cli("validate", str(SCENARIOS / file), "--set", sets)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and word in res.stderr, res.stderr
