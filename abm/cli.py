@@ -261,15 +261,15 @@ def report(folder: Path = typer.Argument(..., help="A run or study folder."),
     if frontier_x is None and frontier_y is None:
         typer.echo(f"report: {render(folder)}")
         return
-    from abm.reports.study import frontier_axes, is_study_folder, write_frontier
+    from abm.reports.study import frontier_axes, frontier_file, is_study_folder
 
     flag = "--frontier-x" if frontier_x is not None else "--frontier-y"
     if not is_study_folder(folder):
         raise UserError(f"{flag}: applies to a study folder (study.yaml or runs/), and {folder} is not one")
     x, y = frontier_axes(folder, frontier_x, frontier_y)  # checked before anything is drawn
-    written = render(folder)
+    written = render(folder, frontier=(x, y))  # the chosen frontier is part of the report
     typer.echo(f"report: {written}")
-    typer.echo(f"frontier: {write_frontier(folder, x, y, written)}")
+    typer.echo(f"frontier: {frontier_file(written, x, y)}")
 
 
 @app.command()

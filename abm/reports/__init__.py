@@ -26,12 +26,14 @@ from abm.reports.study import PaperReport, is_study_folder, render_study
 PAPERS: tuple[PaperReport, ...] = (seed000, seed001, seed002)
 
 
-def render_report(folder: str | Path) -> Path:
-    """A study folder's ``report/``: comparison tables, plots and the forms of every paper in ``PAPERS``."""
-    return render_study(folder, PAPERS)
+def render_report(folder: str | Path, frontier: tuple[str, str] | None = None) -> Path:
+    """A study folder's ``report/``: comparison tables, plots and the forms of every paper in
+    ``PAPERS``; ``frontier`` = (x, y): also the frontier on those axes (``abm report --frontier-x``)."""
+    x, y = frontier if frontier is not None else (None, None)
+    return render_study(folder, PAPERS, fairness=x, profit=y)
 
 
-def render(folder: str | Path) -> Path:
+def render(folder: str | Path, frontier: tuple[str, str] | None = None) -> Path:
     """``report/`` for a run folder or a study folder (``abm report``), all or nothing: an earlier
     ``report/`` is moved aside (``.tmp-report-*``) while the new one is written, and put back if
     writing fails (a full disk), so no partial ``report/`` is ever left; a write error names the
@@ -46,7 +48,7 @@ def render(folder: str | Path) -> Path:
         except OSError:  # cannot even rename (read-only folder): the writers below say so
             old = None
     try:
-        written = render_report(folder) if is_study_folder(folder) else render_run(folder)
+        written = render_report(folder, frontier) if is_study_folder(folder) else render_run(folder)
     except BaseException as exc:
         if (old is not None or not existed) and out.is_dir() and not out.is_symlink():
             shutil.rmtree(out, ignore_errors=True)  # the partial new report

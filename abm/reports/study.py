@@ -10,7 +10,7 @@ colour per policy, line style per setting, groups on the same axes, legends outs
                           cumulative profit: a point per configuration, CI whiskers on both axes, Pareto
                           points marked; ``frontier_<x>_<y>.png`` for every other fairness metric the
                           family records, and for ``render_study(..., fairness=, profit=)``'s choice
-                          (``abm report STUDY --frontier-x METRIC --frontier-y METRIC``: ``write_frontier``)
+                          (``abm report STUDY --frontier-x METRIC --frontier-y METRIC``)
     group_rates.png       selection / default / true-positive rate per group and their gaps over episodes
     distribution.png      quantile bands of each group's wealth (or score) over episodes, from the runs'
                           event logs
@@ -213,6 +213,96 @@ def frontier_axes(folder: str | Path, x: str | None, y: str | None) -> tuple[str
             raise UserError(f"{flag}: unknown metric {name!r}; valid names: {names}")
         chosen.append(name)
     return chosen[0], chosen[1]
+
+
+def frontier_file(report: str | Path, x: str, y: str) -> Path:
+    """Where the report drew the frontier of ``x`` against ``y``: ``frontier_<x>_<y>.png``, or
+    ``frontier.png`` when those are the study's default axes."""
+    named = Path(report) / f"frontier_{x}_{y}.png"
+    return named if named.is_file() else Path(report) / "frontier.png"
+
+
+def study_figures(folder: str | Path, summary: pd.DataFrame | None = None, manifest: dict | None = None,
+                  fairness: str | None = None, profit: str | None = None) -> list:
+    """The study's figure specs (``figures.FigureSpec`` / ``figures.Panels``), in the order they are shown."""
+    folder = Path(folder)
+    manifest = manifest if manifest is not None else read_manifest(folder)
+    summary = summary if summary is not None else load_summary(folder)
+    family = study_family(manifest)
+    groups = figures.groups_in(summary.columns, "_mean")
+    style = figures.Style.of(summary, groups)
+    specs: list = []
+    study = pd.read_parquet(folder / "study.parquet") if (folder / "study.parquet").is_file() else None
+    if study is not None and not study.empty:
+        fair, money = figures.fairness_choices(study.columns), figures.profit_choices(study.columns)
+        if fair and money:
+            specs.append(figures.frontier(study, family=family, style=style))
+            pairs = [(f, money[0]) for f in fair[1:]]
+            if (fairness or profit) and (fairness or fair[0], profit or money[0]) != (fair[0], money[0]):
+                pairs.append((fairness or fair[0], profit or money[0]))
+            for x, y in dict.fromkeys(pairs):
+                specs.append(figures.frontier(study, x, y, family=family, style=style))
+    for metric in figures.metrics_in(summary.columns, "_mean"):
+        specs.append(figures.study_metric(summary, metric, family, style))
+    if study is not None and not study.empty:
+        rates = figures.group_rates(study, family, style)
+        if rates is not None:
+            specs.append(rates)
+    return specs
+
+
+def write_figures(folder: Path, summary: pd.DataFrame, out: Path, manifest: dict, fairness: str | None = None,
+                  profit: str | None = None) -> list[Path]:
+    """Every study figure as a PNG in ``out`` (see the module docstring for the names)."""
+    written = [figures.save(spec, out) for spec in study_figures(folder, summary, manifest, fairness, profit)]
+    groups = figures.groups_in(summary.columns, "_mean")
+    if "mean_wealth" in figures.METRIC_BY_STEM and any(f"mean_wealth_{g}_mean" in summary.columns for g in groups):
+        style = figures.Style.of(summary, groups)
+        for g in groups:  # the per-group panels earlier reports wrote (scripts read them)
+            spec = figures.study_metric(summary, "mean_wealth", study_family(manifest), style, only_group=g)
+            written.append(figures.save(spec, out))
+    if (folder / "study.parquet").is_file():
+        study = pd.read_parquet(folder / "study.parquet", columns=["run_id", "config"])
+        spec = figures.distribution(run_folders(folder, study), study_family(manifest), groups)
+        if spec is not None:
+            written.append(figures.save(spec, out))
+    return written
+
+
+def frontier_axes(folder: str | Path, x: str | None, y: str | None) -> tuple[str, str]:
+    """The frontier axes ``abm report --frontier-x X --frontier-y Y`` asks for, checked against the
+    study's metric columns (``figures.frontier_metrics``); an axis not given is the default one (the
+    first fairness metric, the first profit metric the study records). Any problem is one line
+    naming the flag and listing the valid names."""
+    folder = Path(folder)
+    path = folder / "study.parquet"
+    flag = "--frontier-x" if x is not None else "--frontier-y"
+    if not path.is_file():
+        raise UserError(f"{flag}: {path} is missing (a study folder with finished runs has one)")
+    try:
+        study = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001  pyarrow raises many kinds for a damaged file
+        raise UserError(f"{flag}: {path} is unreadable ({type(exc).__name__})") from None
+    valid = figures.frontier_metrics(study)
+    names = ", ".join(valid) or "none"
+    chosen = []
+    for flag, name, defaults in (("--frontier-x", x, figures.fairness_choices(study.columns)),
+                                 ("--frontier-y", y, figures.profit_choices(study.columns))):
+        if name is None:
+            if not defaults:
+                raise UserError(f"{flag}: this study has no default metric for this axis; give one of: {names}")
+            name = defaults[0]
+        elif name not in valid:
+            raise UserError(f"{flag}: unknown metric {name!r}; valid names: {names}")
+        chosen.append(name)
+    return chosen[0], chosen[1]
+
+
+def frontier_file(report: str | Path, x: str, y: str) -> Path:
+    """Where the report drew the frontier of ``x`` against ``y``: ``frontier_<x>_<y>.png``, or
+    ``frontier.png`` when those are the study's default axes."""
+    named = Path(report) / f"frontier_{x}_{y}.png"
+    return named if named.is_file() else Path(report) / "frontier.png"
 
 
 def write_frontier(folder: str | Path, x: str, y: str, out: str | Path | None = None) -> Path:
