@@ -244,3 +244,18 @@ def test_entry_point_objectives_of_installed_packages(tmp_path):
     res = abm_cli("validate", str(SCENARIOS / "eutopia.yaml"), "--set", "objective=broken_ep", pythonpath=site)
     assert "unknown objective 'broken_ep': objplug_ep:NotAnObjective is not an abm.objectives.CustomObjective" \
         in one_error_line(res)
+
+
+def test_the_seed_000_tables_show_a_plugin_objective_as_its_own_row(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from abm.reports.seed000 import learner_cells
+
+    write_plugin(tmp_path, "objplug_table")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [{"agent": "rl", "objective": objective, "seed": seed, "run_id": f"{objective}-{seed}",
+             "wealth_gap": 1.0 + seed, "inequality_ratio": 1.1, "cumulative_profit": 10.0, "social_welfare": 0.1}
+            for objective in ("outcome:lagrangian:0.5", "objplug_table:Constant") for seed in (0, 1)]
+    cells = learner_cells(pd.DataFrame(rows))
+    assert list(cells["perspective"]) == ["outcome", "plugin"]
+    assert list(cells["reward"]) == ["FL(0.5)", "objplug_table:Constant"] and list(cells["runs"]) == [2, 2]

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from abm.errors import UserError
-from abm.objectives import parse
+from abm.objectives import CustomObjective, parse
 from abm.reports.run import to_markdown
 
 FAMILY_ABBR = {"utilitarian": "UP", "social_welfare": "SW", "rawlsian": "RMM", "lagrangian": "FL"}
@@ -132,9 +132,12 @@ def learner_cells(final: pd.DataFrame) -> pd.DataFrame:
     records = []
     for (agent, objective), runs in rows.groupby(["agent", "objective"], sort=False):
         obj = parse(str(objective))
-        perspective = f"two-sided({obj.alpha:g})" if obj.perspective == "two_sided" else \
-            {"outcome": "outcome", "dm": "DM"}[obj.perspective]
-        family = FAMILY_ABBR[obj.family] + (f"({obj.lam:g})" if obj.family == "lagrangian" else "")
+        if isinstance(obj, CustomObjective):  # a plugin objective: a row of its own, named as written
+            perspective, family = "plugin", str(objective)
+        else:
+            perspective = f"two-sided({obj.alpha:g})" if obj.perspective == "two_sided" else \
+                {"outcome": "outcome", "dm": "DM"}[obj.perspective]
+            family = FAMILY_ABBR[obj.family] + (f"({obj.lam:g})" if obj.family == "lagrangian" else "")
         rec = {"agent": AGENT_NAMES[agent], "perspective": perspective, "reward": family, "runs": len(runs)}
         key = runs["seed"].to_numpy() if "seed" in runs.columns else np.asarray(runs["run_id"])  # pairs runs
         for col, _, _ in METRICS:
