@@ -131,7 +131,7 @@ class DeepLender(Policy):
         self.learner.build(env)
         if self.adjuster_cls is not None:
             self.adjuster = self.adjuster_cls.for_env(raw, self.params, self.train_seed)
-            getattr(self.adjuster, "bind_learner", lambda learner: None)(self.learner)  # normalize: minibatch
+            self.adjuster.bind_learner(self.learner)  # normalize: minibatch hooks into the update
         self.learner.learn(self.params.total_timesteps,
                            on_step=None if self.bisimulator is None else self.bisimulator.on_step,
                            adjust_advantages=self.adjuster)

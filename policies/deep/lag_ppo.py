@@ -51,6 +51,9 @@ class LagrangeMultipliers:
         self.nu = np.full((n_groups, 2), float(p.nu_init))
         self.nu = np.clip(self.nu, 0.0, p.nu_max)
 
+    def bind_learner(self, learner) -> None:
+        """Nothing to hook: the multipliers rewrite whole rollouts (``__call__``)."""
+
     def update(self, J: np.ndarray, seen: np.ndarray) -> None:
         if seen.sum() < 2:
             return  # no gap to measure in this rollout

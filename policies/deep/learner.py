@@ -66,6 +66,10 @@ class AdvantageAdjuster(Protocol):
 
     def state(self) -> dict[str, Any]: ...
 
+    def bind_learner(self, learner: Any) -> None:
+        """Called once the learner is built, before training (``normalize: minibatch`` hooks into
+        the learner's update here); nothing to do for an adjuster that only rewrites rollouts."""
+
 
 class Learner(Protocol):
     """What a ``DeepLender`` needs of its learner (see the module docstring)."""
