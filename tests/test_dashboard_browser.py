@@ -173,8 +173,13 @@ def _live_controls(browser):
     from selenium.webdriver.common.by import By
 
     def counter(d) -> str:
+        from selenium.common.exceptions import StaleElementReferenceException
+
         found = d.find_elements(By.CSS_SELECTOR, ".abm-live-episode")
-        return found[0].text if found else ""
+        try:
+            return found[0].text if found else ""
+        except StaleElementReferenceException:  # re-rendered between find and read: read again next poll
+            return ""
 
     def button(label: str):
         return [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip().upper() == label][0]
@@ -360,7 +365,7 @@ def test_live_view_has_the_scenarios_parameters_and_draws_from_the_first_step(br
         counter, button = _live_controls(browser)
 
         wait.until(lambda d: counter(d).startswith("Episode 0 of 3"))
-        assert "arrivals.base_slope = 0.02" in counter(browser)  # the values in use are shown
+        wait.until(lambda d: "arrivals.base_slope = 0.02" in counter(d))  # the values in use are shown
         sidebar = browser.find_element(By.CSS_SELECTOR, ".v-navigation-drawer").text
         for label in ("seed", "policy", "arrivals.base_slope", "arrivals.excitation", "arrivals.decay"):
             assert label in sidebar  # the scenario's main parameters as controls
