@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,27 @@ def call_in_process(*args: str) -> tuple[int, str, str]:
     finally:
         sys.argv = argv
     return code, out.getvalue(), err.getvalue()
+
+
+# -- plugin tests: the console entry point in a fresh interpreter with the user's PYTHONPATH --
+def abm_cli(*args: str, cwd: Path = ROOT, pythonpath: Path | None = None, timeout: float = 600):
+    """``abm ARGS`` in a subprocess with PYTHONPATH set to ``pythonpath`` only (a user's plugin folder)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return subprocess.run([sys.executable, "-c", "from abm.cli import main; main()", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=timeout)
+
+
+def run_folder(stdout: str) -> Path:
+    """The run folder ``abm run`` printed."""
+    return Path(next(line for line in stdout.splitlines() if line.startswith("run folder: ")).split(": ", 1)[1])
+
+
+def one_error_line(res) -> str:
+    """Exit 2, one ``error:`` line, no traceback; returns the line."""
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]

@@ -7,39 +7,21 @@ subprocess check of the error contract."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import SCENARIOS, SMALL_SCORE_FAMILIES
+from conftest import SCENARIOS, SMALL_SCORE_FAMILIES, call_in_process
 
 SMALL = ["population.n_male=100", "population.n_female=100", "episodes.count=2"]
 TIES = ["network.generator=sbm", "network.homophily=0.8", "network.mean_degree=6", "network.excitation=0.07"]
 
 
-def call(*args: str) -> tuple[int, str, str]:
-    """``abm ARGS`` in this process: (exit code, stdout, stderr); an exception escaping ``main``
-    (a traceback for the user) fails the test."""
-    from abm.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    argv, sys.argv = sys.argv, ["abm", *args]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
+call = call_in_process
 
 
 def ok(*args: str) -> str:

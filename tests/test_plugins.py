@@ -6,7 +6,6 @@ the plugin recomputes; broken plugins exit 2 with one line; entry points of inst
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ import pytest
 
 from abm import registry
 from abm.errors import UserError
-from conftest import ROOT, SCENARIOS
+from conftest import ROOT, SCENARIOS, abm_cli, one_error_line, run_folder
 
 SMALL = ["--set", "population.n_male=150", "--set", "population.n_female=150", "--episodes", "2", "--quiet"]
 
@@ -54,25 +53,6 @@ def write_plugin(folder: Path, name: str, p: float = 0.7) -> Path:
     path.write_text(PLUGIN.format(p=p))
     return path
 
-
-def abm_cli(*args: str, cwd: Path = ROOT, pythonpath: Path | None = None, timeout: float = 600):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
-    return subprocess.run([sys.executable, "-c", "from abm.cli import main; main()", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=timeout)
-
-
-def run_folder(stdout: str) -> Path:
-    return Path(next(line for line in stdout.splitlines() if line.startswith("run folder: ")).split(": ", 1)[1])
-
-
-def one_error_line(res) -> str:
-    assert res.returncode == 2, (res.stdout, res.stderr)
-    assert "Traceback" not in res.stderr
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    return lines[0]
 
 
 def test_plugin_policy_through_the_cli_and_an_edit_recomputes(tmp_path):
