@@ -245,9 +245,11 @@ class Simulation(mesa.Model):
         else:
             probs = np.array([min(max(action, 0.0), 1.0)])  # np.clip(action, 0, 1), NaN included
             approved = self.rngs["decisions"].random(1) < probs
-        self._commit(idx, groups, obs, Batch(idx, groups, self.env.now, self.episode), probs, approved)
+        # the batch description is for the policy's hook only (the gym adapter has no policy here)
+        info = None if self.policy is None else Batch(idx, groups, self.env.now, self.episode)
+        self._commit(idx, groups, obs, info, probs, approved)
 
-    def _commit(self, idx: np.ndarray, groups: np.ndarray, obs: np.ndarray, info: Batch, probs: np.ndarray,
+    def _commit(self, idx: np.ndarray, groups: np.ndarray, obs: np.ndarray, info: Batch | None, probs: np.ndarray,
                 approved: np.ndarray) -> None:
         """A decided batch: its log rows, the policy's ``on_decisions`` hook, the world's update."""
         w, log = self.world, self.log

@@ -286,6 +286,15 @@ class World(ScoreLendingWorld):
             p = (1 - self.cons.weight) * p + self.cons.weight * k
         return p
 
+    def repay_prob_one(self, i: int) -> float:
+        """``repay_prob`` of one applicant in Python floats (the same float64 operations, so the
+        same value): the arrival's hot path."""
+        p = self.p_table.item(int(self.cols["score"].item(i)) - 1)  # astype(int64) truncates as int() does
+        if self.cons.enabled:
+            k = min(max(self.cols["conscientiousness"].item(i), 0.0), 1.0)  # np.clip, NaN kept
+            p = (1 - self.cons.weight) * p + self.cons.weight * k
+        return p
+
     def known_curve(self, scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
         """P(repay | observed score): the table (averaged over conscientiousness), linear
         between whole scores (observed scores move by fractional amounts under the

@@ -162,11 +162,10 @@ class ScoreLendingWorld(ABC):
         return int(rng.integers(len(self.cols["group"])))
 
     def _prepare(self, i: int, rng) -> None:
-        c, one = self.cols, self._one
+        c = self.cols
         if self.hooks:
             self._on_arrival(i, rng)
-        one[0] = i
-        p = float(self.repay_prob(one)[0])  # scored at arrival: the bank decides on this draw
+        p = self.repay_prob_one(i)  # scored at arrival: the bank decides on this draw
         c["p_repay"][i] = p
         c["outcome"][i] = self.outcome_rng.random() < p  # drawn for everyone: recall needs it
         c["applications"][i] += 1
@@ -236,10 +235,10 @@ class ScoreLendingWorld(ABC):
 
     # -- decisions and outcomes -------------------------------------------------------------
     def apply_decisions(self, idx: np.ndarray, approved: np.ndarray, probs: np.ndarray, obs: np.ndarray) -> None:
-        idx, approved = np.asarray(idx), np.asarray(approved, bool)
         if len(idx) == 1:  # the common case (review: immediate): scalar updates are ~10x cheaper
             self._apply_one(int(idx[0]), bool(approved[0]), obs)
             return
+        idx, approved = np.asarray(idx), np.asarray(approved, bool)
         c, n = self.cols, self.n_groups
         groups = c["group"][idx]
         good = c["outcome"][idx]
@@ -458,6 +457,13 @@ class ScoreLendingWorld(ABC):
     @abstractmethod
     def repay_prob(self, idx: np.ndarray) -> np.ndarray:
         """The true P(repay) of applicants ``idx`` now (from their true scores)."""
+
+    def repay_prob_one(self, i: int) -> float:
+        """``repay_prob`` of applicant ``i`` as a float (a family may override it with scalar
+        arithmetic that gives the same value)."""
+        one = self._one
+        one[0] = i
+        return float(self.repay_prob(one)[0])
 
     @abstractmethod
     def known_curve(self, scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
