@@ -178,6 +178,39 @@ def test_lean_ppo_gradient_is_torch_autograds_of_sb3s_loss():
     assert np.allclose(grad, expected, atol=1e-6)
 
 
+def test_lean_ppo_shortcuts_are_numpys_own_results_bit_for_bit():
+    """The minibatch step's shortcuts (standardisation without ``mean``/``std``'s wrappers, distinct
+    indices without ``np.unique``'s sort, the loss's value skipped) change no bit of a gradient."""
+    from policies.deep.lean_ppo import LeanPPOConfig, actor_critic, ppo_loss, sorted_distinct, standardize
+
+    rng = np.random.default_rng(5)
+    for m in (2, 3, 17, 64, 64, 64, 512):
+        for scale in (1e-3, 1.0, 40.0, 1e4):
+            x = (rng.standard_normal(m) * scale + rng.normal() * scale).astype(np.float32)
+            expected = (x - x.mean()) / (x.std(ddof=1) + 1e-8)
+            got = standardize(x)
+            assert got.dtype == expected.dtype and np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+    x = np.full(64, 0.25, np.float32)  # no spread: the 1e-8 guard, as numpy's
+    assert np.array_equal(standardize(x), (x - x.mean()) / (x.std(ddof=1) + 1e-8))
+    for bound in (1, 7, 120, 600):
+        idx = rng.integers(0, bound, int(rng.integers(1, 65)))
+        used, inverse = sorted_distinct(idx, bound)
+        want_used, want_inverse = np.unique(idx, return_inverse=True)
+        assert np.array_equal(used, want_used) and np.array_equal(inverse, want_inverse)
+        assert used.dtype == want_used.dtype and inverse.dtype == want_inverse.dtype
+
+    cfg = LeanPPOConfig()
+    net = actor_critic(4, 32)
+    rows = rng.random((12, 4)).astype(np.float32)
+    args = (rows, rng.integers(0, 12, 64), rng.integers(0, 2, 64), np.log(rng.uniform(0.3, 0.7, 64)).astype(np.float32),
+            rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32),
+            rng.standard_normal(64).astype(np.float32))
+    assert isinstance(ppo_loss(net, cfg, *args), float)
+    grad = net.grad.copy()
+    assert ppo_loss(net, cfg, *args, value=False) is None
+    assert np.array_equal(net.grad, grad)
+
+
 def test_lean_dqn_gradient_is_torch_autograds_of_sb3s_loss():
     import torch
 

@@ -113,34 +113,51 @@ def forward(net: FlatParams, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """log pi(a | s) for both actions, computed stably."""
-    z = logits - logits.max(axis=1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    """log pi(a | s) for both actions, computed stably (the ufuncs' reductions: what ``max`` and
+    ``sum`` call, without their Python wrappers)."""
+    z = logits - np.maximum.reduce(logits, axis=1, keepdims=True)
+    return z - np.log(np.add.reduce(np.exp(z), axis=1, keepdims=True))
+
+
+def standardize(x: np.ndarray) -> np.ndarray:
+    """``(x - x.mean()) / (x.std(ddof=1) + 1e-8)`` for a 1-d float32 array, the same float32
+    operations as numpy's ``_mean`` and ``_var`` (pairwise sums, the same casts; checked bit for
+    bit in tests/test_vector.py) without their per-call dispatch, a tenth of a minibatch step."""
+    n = x.shape[0]
+    total = np.add.reduce(x)
+    mean = total.dtype.type(total / n)
+    dev = x - np.true_divide(np.add.reduce(x, keepdims=True), n)
+    np.multiply(dev, dev, out=dev)
+    sq = np.add.reduce(dev)
+    sd = sq.dtype.type(np.sqrt(sq.dtype.type(sq / np.int64(n - 1))))
+    return (x - mean) / (sd + 1e-8)
 
 
 def backward(net: FlatParams, x: np.ndarray, act: np.ndarray, d_logits: np.ndarray, d_values: np.ndarray) -> None:
     """d loss / d weights into ``net.grad`` from the loss's gradients at the two heads."""
     h, g = net["pi.weight"].shape[1], net.grads
     g["pi.weight"][...] = d_logits.T @ act[:, :h]
-    g["pi.bias"][...] = d_logits.sum(axis=0)
+    g["pi.bias"][...] = np.add.reduce(d_logits, axis=0)  # .sum(axis=0) without its wrapper
     g["v.weight"][0] = d_values @ act[:, h:]
-    g["v.bias"][0] = d_values.sum()
+    g["v.bias"][0] = np.add.reduce(d_values)
     d_act = np.empty_like(act)
     d_act[:, :h] = d_logits @ net["pi.weight"]
-    d_act[:, h:] = np.outer(d_values, net["v.weight"][0])
+    np.multiply(d_values[:, None], net["v.weight"][0][None, :], out=d_act[:, h:])  # np.outer's product
     d_pre = d_act * (1.0 - act * act)  # tanh'
     g["hidden.weight"][...] = d_pre.T @ x
-    g["hidden.bias"][...] = d_pre.sum(axis=0)
+    g["hidden.bias"][...] = np.add.reduce(d_pre, axis=0)
 
 
 def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_logprobs, mb_advantages,
-             mb_returns, mb_values, norm_adv: bool | None = None) -> float:
+             mb_returns, mb_values, norm_adv: bool | None = None, value: bool = True) -> float | None:
     """SB3's PPO loss of one minibatch (clipped surrogate + vf_coef * clipped-value MSE - ent_coef *
     entropy) whose i-th observation is ``rows[inverse[i]]``; writes its gradient into
-    ``net.grad`` and returns its value. ``norm_adv`` overrides ``cfg.norm_adv`` (a minibatch hook
-    that standardises on its own turns it off). Observations that repeat in the minibatch share one
-    forward and one backward pass (their gradients at the heads add up first): the same gradient
-    as row by row, for less work where states repeat (a lending market's scores and counts)."""
+    ``net.grad`` and returns its value (None with ``value=False``: training reads only the
+    gradient, and the loss's three means are skipped). ``norm_adv`` overrides ``cfg.norm_adv`` (a
+    minibatch hook that standardises on its own turns it off). Observations that repeat in the
+    minibatch share one forward and one backward pass (their gradients at the heads add up first):
+    the same gradient as row by row, for less work where states repeat (a lending market's scores
+    and counts)."""
     m, c = len(inverse), cfg.clip_coef
     samples = np.arange(m)
     act, row_logits, row_values = forward(net, rows)
@@ -148,18 +165,21 @@ def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_
     logp = log_softmax(logits)
     probs = np.exp(logp)
     newlogprob = logp[samples, mb_actions]
-    entropy = -(probs * logp).sum(axis=1)
+    entropy = -np.add.reduce(probs * logp, axis=1)
     ratio = np.exp(newlogprob - mb_logprobs)
 
     if (cfg.norm_adv if norm_adv is None else norm_adv) and m > 1:
-        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(ddof=1) + 1e-8)
+        mb_advantages = standardize(mb_advantages) if mb_advantages.dtype == np.float32 else \
+            (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(ddof=1) + 1e-8)
     pg_loss1 = -mb_advantages * ratio
     pg_loss2 = -mb_advantages * np.clip(ratio, 1 - c, 1 + c)
-    pg_loss = np.maximum(pg_loss1, pg_loss2).mean()
     v_delta = newvalue - mb_values
     v_clipped = mb_values + np.clip(v_delta, -c, c)
-    v_loss = ((mb_returns - v_clipped) ** 2).mean()
-    loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
+    loss = None
+    if value:
+        pg_loss = np.maximum(pg_loss1, pg_loss2).mean()
+        v_loss = ((mb_returns - v_clipped) ** 2).mean()
+        loss = float(pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss)
 
     # backward: the surrogate's gradient flows through the unclipped ratio where max() takes it
     # (or the two terms agree, inside the clip range); the value's where it is not clipped
@@ -174,7 +194,7 @@ def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_
                              np.bincount(inverse, weights=d_logits[:, 1], minlength=u)], axis=1)
     d_row_values = np.bincount(inverse, weights=d_values, minlength=u)
     backward(net, rows, act, d_row_logits.astype(np.float32), d_row_values.astype(np.float32))
-    return float(loss)
+    return loss
 
 
 def distinct_rows(obs: np.ndarray, most: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
@@ -185,6 +205,16 @@ def distinct_rows(obs: np.ndarray, most: float = 0.5) -> tuple[np.ndarray, np.nd
     if len(first) > most * len(obs):
         return obs, np.arange(len(obs))
     return obs[first], inverse.reshape(-1)
+
+
+def sorted_distinct(idx: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(idx, return_inverse=True)`` for integers in [0, bound), by marking and counting
+    (the same two arrays; ``np.unique`` sorts, and its call overhead was 5% of a minibatch step)."""
+    present = np.zeros(bound, bool)
+    present[idx] = True
+    used = np.flatnonzero(present)
+    rank = np.cumsum(present) - 1
+    return used, rank[idx]
 
 
 class LeanPPOLearner(LeanLearner):
@@ -317,13 +347,13 @@ class LeanPPOLearner(LeanLearner):
             b_inds = self.rng.permutation(n)
             for start in range(0, n, cfg.batch_size):
                 mb = b_inds[start:start + cfg.batch_size]
-                used, inverse = np.unique(b_row[mb], return_inverse=True)
+                used, inverse = sorted_distinct(b_row[mb], len(rows))
                 adv, norm_adv = b_advantages[mb], None
                 if self.minibatch_hook is not None:
                     transform, norm_adv = self.minibatch_hook
                     adv = np.asarray(transform(mb, adv.astype(float)), dtype=np.float32)
                     norm_adv = norm_adv and cfg.norm_adv
                 ppo_loss(net, cfg, rows[used], inverse, b_actions[mb], b_logprobs[mb], adv,
-                         b_returns[mb], b_values[mb], norm_adv=norm_adv)
+                         b_returns[mb], b_values[mb], norm_adv=norm_adv, value=False)
                 clip_grad_norm(net.grad, cfg.max_grad_norm)
                 opt.step(net.grad)
