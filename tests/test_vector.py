@@ -232,6 +232,9 @@ def test_lean_dqn_gradient_is_torch_autograds_of_sb3s_loss():
     assert float(ref) == pytest.approx(loss, rel=1e-5)
     expected = np.concatenate([P[k].grad.numpy().ravel() for k in net.views])
     assert np.allclose(net.grad, expected, atol=1e-6)
+    grad = net.grad.copy()
+    assert dqn_loss(net, rows, inverse, acts, target, value=False) is None  # training's call: the gradient only
+    assert np.array_equal(net.grad, grad)
 
 
 def test_lean_adam_is_torch_adam():

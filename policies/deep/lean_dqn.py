@@ -105,9 +105,10 @@ def forward(net: FlatParams, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dqn_loss(net: FlatParams, rows: np.ndarray, inverse: np.ndarray, actions: np.ndarray,
-             td_target: np.ndarray) -> float:
+             td_target: np.ndarray, value: bool = True) -> float | None:
     """Huber loss of Q(s_i, a_i) against ``td_target`` for one minibatch whose i-th state is
-    ``rows[inverse[i]]``; writes its gradient into ``net.grad`` and returns its value.
+    ``rows[inverse[i]]``; writes its gradient into ``net.grad`` and returns its value (None with
+    ``value=False``: training reads only the gradient).
 
     States that repeat in a minibatch (scores and counts: a lending market has a few hundred
     distinct observations) share one forward and one backward pass: Q depends on the state
@@ -116,17 +117,19 @@ def dqn_loss(net: FlatParams, rows: np.ndarray, inverse: np.ndarray, actions: np
     m = len(inverse)
     act, q = forward(net, rows)
     td_error = q[inverse, actions] - td_target
-    huber = np.where(np.abs(td_error) < 1.0, 0.5 * td_error ** 2, np.abs(td_error) - 0.5)
 
     # backward: d huber / d error is the error clipped to [-1, 1], at Q(s, a) of the taken a only
     d_q = np.bincount(inverse * 2 + actions, weights=np.clip(td_error, -1.0, 1.0) / m,
                       minlength=2 * len(rows)).reshape(len(rows), 2).astype(np.float32)
     g = net.grads
     g["q.weight"][...] = d_q.T @ act
-    g["q.bias"][...] = d_q.sum(axis=0)
+    g["q.bias"][...] = np.add.reduce(d_q, axis=0)  # .sum(axis=0) without its wrapper
     d_pre = (d_q @ net["q.weight"]) * (1.0 - act * act)  # tanh'
     g["hidden.weight"][...] = d_pre.T @ rows
-    g["hidden.bias"][...] = d_pre.sum(axis=0)
+    g["hidden.bias"][...] = np.add.reduce(d_pre, axis=0)
+    if not value:
+        return None
+    huber = np.where(np.abs(td_error) < 1.0, 0.5 * td_error ** 2, np.abs(td_error) - 0.5)
     return float(huber.mean())
 
 
@@ -214,7 +217,7 @@ class TargetValues:
             self.known = np.concatenate([self.known, np.zeros(grow, bool)])
         need = distinct_ids(ids[~self.known[ids]], len(table))[0]
         if len(need):
-            self.values[need] = forward(target, table[need])[1].max(axis=1)
+            self.values[need] = np.maximum.reduce(forward(target, table[need])[1], axis=1)  # .max(axis=1)
             self.known[need] = True
         return self.values[ids]
 
@@ -341,6 +344,6 @@ class LeanDQNLearner(LeanLearner):
                 next_q = forward(self.target, buf.next_obs[idx])[1].max(axis=1)
                 rows, inverse = buf.obs[idx], np.arange(len(idx))
             td_target = buf.rewards[idx] + (1.0 - buf.dones[idx]) * cfg.gamma * next_q
-            dqn_loss(net, rows, inverse, buf.actions[idx], td_target)
+            dqn_loss(net, rows, inverse, buf.actions[idx], td_target, value=False)
             clip_grad_norm(net.grad, cfg.max_grad_norm)
             opt.step(net.grad)
