@@ -335,3 +335,61 @@ def test_admit_failure_penalty_changes_rewards_and_the_greedy_rule():
     assert w.profit_total == w.cum["tp"].sum() - w.cum["fp"].sum() - w.cum["fn"].sum()
     greedy = execute(scenario("admissions", *base, "bank.admit_failure=-1.0", policy="max_util"))[0].world
     assert greedy.cum["approvals"].sum() < w.cum["approvals"].sum()  # the penalty makes it reject low scores
+
+
+def _external_world(path: str, *sets: str):
+    sc = load_scenario(SCENARIOS / path, ["seed=31", *sets])
+    return simulation(sc, external=True, log_events=False, track_applicants=False).world
+
+
+@pytest.mark.parametrize("cons", [False, True])
+def test_scalar_repay_probability_is_the_array_one(cons):
+    """The arrival's P(repay) in Python floats (the hot path) equals ``repay_prob`` bit for bit."""
+    w = _external_world("lending-credit.yaml", f"population.conscientiousness.enabled={str(cons).lower()}")
+    w.cols["score"][:] = np.random.default_rng(0).integers(1, len(w.p_table) + 1, len(w.cols["score"]))
+    if cons:
+        w.cols["conscientiousness"][:5] = [-0.2, 1.3, 0.0, 1.0, np.nan]  # both clip edges and NaN
+    every = np.arange(len(w.cols["score"]))
+    expected = w.repay_prob(every)
+    got = np.array([w.repay_prob_one(i) for i in every])
+    assert np.array_equal(got, expected, equal_nan=True)
+
+
+class _Listener:
+    """A policy that only listens: its presence sends ``apply_decisions`` down the batch path."""
+
+    def on_outcomes(self, outcomes):
+        pass
+
+
+def test_admissions_scalar_decision_path_matches_the_batch_path():
+    """One decision with no policy to tell (the gym adapter) takes Python scalars; the same
+    arrivals and decisions through the array path leave every column, counter and total bit for
+    bit the same, admissions (leaving the pool) and manipulations included."""
+    worlds = [_external_world("admissions.yaml", "dynamics.manipulation_prob=0.7") for _ in range(2)]
+    worlds[1].model.policy = _Listener()
+    decide = np.random.default_rng(3)
+    plan = decide.random(3000) < 0.4
+    for w in worlds:
+        arrivals, outcomes = np.random.default_rng(7), np.random.default_rng(8)
+        w.outcome_rng = outcomes
+        for approve in plan:
+            i = w._pick(arrivals)
+            if i is None:
+                break
+            w._prepare(i, arrivals)
+            idx = np.array([i])
+            w.apply_decisions(idx, np.array([approve]), np.array([float(approve)]), w.observe(idx))
+    a, b = worlds
+    assert a.pool_size < len(a.cols["group"]) - 500  # many admitted: the pool swap ran
+    assert a.cum["manipulations"].sum() > 0
+    for key in a.cols:
+        assert np.array_equal(a.cols[key], b.cols[key]), key
+    for store in ("cum", "ep"):
+        for key, value in getattr(a, store).items():
+            assert np.array_equal(value, getattr(b, store)[key]), (store, key)
+    assert np.array_equal(a.pool, b.pool) and np.array_equal(a.position, b.position) and a.pool_size == b.pool_size
+    assert (a.profit_total, a.admit_reward_total) == (b.profit_total, b.admit_reward_total)
+    assert a.model.log.count == b.model.log.count
+    assert a.last_idx.tolist() == b.last_idx.tolist() and a.last_rewards.tolist() == b.last_rewards.tolist()
+    assert np.array_equal(a.observe(np.array([3])), b.observe(np.array([3, 4]))[:1])

@@ -177,7 +177,7 @@ class World:
         self.profit_total = 0.0
         self.admit_reward_total = 0.0
         self.cumulative_return = 0.0
-        self.last_idx, self.last_rewards = np.empty(0, np.int64), np.empty(0)
+        self._last: tuple[Any, Any] = (np.empty(0, np.int64), np.empty(0))  # the last decisions and rewards
 
     # -- the Bisimulator seam -----------------------------------------------------------------
     def set_manipulation_costs(self, costs=None) -> None:
@@ -215,21 +215,22 @@ class World:
 
     def _prepare(self, i: int, rng) -> None:
         c = self.cols
-        g = int(c["group"][i])
-        if c["admitted"][i]:
+        g = c["group"].item(i)  # .item(): Python scalars, the same values, cheaper than numpy's
+        if c["admitted"].item(i):
             raise InvariantError(f"invariant 'admitted applicants never return' broken by applicant {i}")
         if rng.random() < self.dyn.manipulation_prob:
-            cost = float(self.costs[g])
-            if c["budget"][i] >= cost and c["observed_score"][i] < self.score_range[1]:
+            cost = self.costs.item(g)
+            observed = c["observed_score"].item(i)
+            if c["budget"].item(i) >= cost and observed < self.score_range[1]:
                 c["budget"][i] -= cost
                 c["cost_paid"][i] += cost
                 c["manipulations"][i] += 1
-                c["observed_score"][i] = min(self.score_range[1], c["observed_score"][i] + self.dyn.manipulation_gain)
+                c["observed_score"][i] = min(self.score_range[1], observed + self.dyn.manipulation_gain)
                 self.cum["manipulations"][g] += 1
                 self.ep["manipulations"][g] += 1
                 self.model.log.add(self.env.now, self.model.episode, i, g, MANIPULATE, cost,
                                    float(c["budget"][i]))
-        c["outcome"][i] = self.outcome_rng.random() < self.p_table[int(c["score"][i]) - 1]
+        c["outcome"][i] = self.outcome_rng.random() < self.p_table.item(int(c["score"].item(i)) - 1)
         c["applications"][i] += 1
         self.cum["applications"][g] += 1
         self.ep["applications"][g] += 1
@@ -248,6 +249,9 @@ class World:
 
     # -- observations -------------------------------------------------------------------------
     def observe(self, idx: np.ndarray) -> np.ndarray:
+        if len(idx) == 1:  # one applicant per step: Python scalars, the same float64 values
+            i = int(idx[0])
+            return np.array([[self.cols["observed_score"].item(i), float(self.cols["group"].item(i))]])
         out = np.empty((len(idx), 2))
         out[:, 0] = self.cols["observed_score"][idx]
         out[:, 1] = self.cols["group"][idx]
@@ -280,12 +284,25 @@ class World:
         return self.profit_total
 
     # -- decisions ----------------------------------------------------------------------------
+    @property
+    def last_idx(self) -> np.ndarray:
+        idx = self._last[0]
+        return np.array([idx]) if isinstance(idx, int) else idx
+
+    @property
+    def last_rewards(self) -> np.ndarray:
+        idx, rewards = self._last
+        return np.array([rewards], dtype=float) if isinstance(idx, int) else rewards
+
     def apply_decisions(self, idx, approved, probs, obs) -> None:
+        if len(idx) == 1 and self.model.policy is None:  # the gym adapter's step: Python scalars
+            self._apply_one(int(idx[0]), bool(approved[0]))
+            return
         c, n = self.cols, self.n_groups
         idx, approved = np.asarray(idx), np.asarray(approved, bool)
         groups, good = c["group"][idx], c["outcome"][idx]
         rewards = self.rewards.reward(approved, good)
-        self.last_idx, self.last_rewards = idx, rewards
+        self._last = (idx, rewards)
         won = idx[approved]
         for store in (self.cum, self.ep):
             store["approvals"] += np.bincount(groups[approved], minlength=n)
@@ -312,6 +329,43 @@ class World:
         policy = self.model.policy
         if policy is not None:  # the reward reveals every outcome, admitted or not
             policy.on_outcomes(steps.Outcomes(idx, groups, obs, good, rewards))
+
+    def _apply_one(self, i: int, approved: bool) -> None:
+        """``apply_decisions`` of one applicant with no policy to tell (the gym adapter): the same
+        updates in Python scalars. Where the batch path adds a ``bincount`` (a zero-initialised
+        sum) this adds ``0.0 + x``, its value for one element; empty sums add 0.0."""
+        c = self.cols
+        g = c["group"].item(i)
+        good = bool(c["outcome"].item(i))
+        r = self.rewards
+        reward = float((r.approve_good if good else r.approve_bad) if approved else
+                       (r.reject_good if good else r.reject_bad))
+        self._last = (i, reward)
+        for store in (self.cum, self.ep):
+            if approved:
+                store["approvals"][g] += 1
+                store["tp" if good else "fp"][g] += 1
+                store["burden"][g] += 0.0 + c["cost_paid"].item(i)
+            elif good:
+                store["fn"][g] += 1
+            store["reward"][g] += 0.0 + reward
+        self.profit_total += reward
+        self.admit_reward_total += reward if approved else 0.0
+        self.model.bank.profit = self.profit_total
+        if not approved:
+            return
+        k, last = self.position.item(i), self.pool.item(self.pool_size - 1)  # leave the pool
+        self.pool[k], self.pool[self.pool_size - 1] = last, i
+        self.position[last], self.position[i] = k, self.pool_size - 1
+        self.pool_size -= 1
+        c["admitted"][i] = True
+        log = self.model.log
+        if log.enabled:
+            won, gw, budget = np.array([i]), np.array([g], np.int16), c["budget"][[i]]
+            log.extend(self.env.now, self.model.episode, won, gw, ADMIT, np.array([reward]), budget)
+            log.extend(self.env.now, self.model.episode, won, gw, LEAVE, np.nan, budget)
+        else:
+            log.skip(2)
 
     # -- episodes -----------------------------------------------------------------------------
     def episode_metrics(self, episode: int) -> dict[str, Any]:

@@ -288,7 +288,10 @@ class World(ScoreLendingWorld):
 
     def repay_prob_one(self, i: int) -> float:
         """``repay_prob`` of one applicant in Python floats (the same float64 operations, so the
-        same value): the arrival's hot path."""
+        same value): the arrival's hot path. A subclass that redefines ``repay_prob`` (a plugin
+        family) is read through its own ``repay_prob``."""
+        if type(self).repay_prob is not World.repay_prob:
+            return super().repay_prob_one(i)
         p = self.p_table.item(int(self.cols["score"].item(i)) - 1)  # astype(int64) truncates as int() does
         if self.cons.enabled:
             k = min(max(self.cols["conscientiousness"].item(i), 0.0), 1.0)  # np.clip, NaN kept
