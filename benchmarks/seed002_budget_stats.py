@@ -1,0 +1,51 @@
+"""Welch t-tests between methods of a seed 002 study at its budget (docs/MODEL.md, "Seed 002 at its
+training budget"): each run's final episode, averaged over its evaluation episodes as in
+report/seed_tables.md; two-sided p for the difference of two methods' means over their seeds.
+
+    python benchmarks/seed002_budget_stats.py outputs/studies/table5-budget-session \
+        ppo,bisim_ppo ppo,elbert_po --metrics cumulative_return,recall_gap
+"""
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+from scipy import stats
+
+from abm.reports.seed002 import with_evaluations
+
+
+def finals(folder: str) -> pd.DataFrame:
+    study = pd.read_parquet(f"{folder}/study.parquet")
+    last = study.groupby("run_id", sort=False)["episode"].transform("max")
+    out = with_evaluations(study[study["episode"] == last], folder).copy()
+    out["method"] = out["policy"].str.extract(r"^([a-z_]+)", expand=False) + \
+        out["policy"].str.contains("variant=full").map({True: "_full", False: ""})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder")
+    ap.add_argument("pairs", nargs="+", help="method_a,method_b (policy names; bisim_ppo_full for the full variant)")
+    ap.add_argument("--metrics", default="cumulative_return,recall_gap,credit_gap")
+    args = ap.parse_args()
+    final = finals(args.folder)
+    for group, part in final.groupby("group", sort=False):
+        print(f"## {group}: methods {sorted(part['method'].unique())}")
+        for pair in args.pairs:
+            a, b = pair.split(",")
+            for m in args.metrics.split(","):
+                if m not in part:
+                    continue
+                x, y = part.loc[part.method == a, m].astype(float), part.loc[part.method == b, m].astype(float)
+                if len(x) < 2 or len(y) < 2:
+                    continue
+                t = stats.ttest_ind(x, y, equal_var=False)
+                print(f"  {m}: {a} {x.mean():.4g} (n={len(x)}) - {b} {y.mean():.4g} (n={len(y)}) = "
+                      f"{x.mean() - y.mean():+.4g}, Welch p = {t.pvalue:.3f}; per seed {a} {x.round(3).tolist()}, "
+                      f"{b} {y.round(3).tolist()}")
+
+
+if __name__ == "__main__":
+    main()
