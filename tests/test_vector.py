@@ -181,7 +181,8 @@ def test_lean_ppo_gradient_is_torch_autograds_of_sb3s_loss():
 def test_lean_ppo_shortcuts_are_numpys_own_results_bit_for_bit():
     """The minibatch step's shortcuts (standardisation without ``mean``/``std``'s wrappers, distinct
     indices without ``np.unique``'s sort, the loss's value skipped) change no bit of a gradient."""
-    from policies.deep.lean_ppo import LeanPPOConfig, actor_critic, ppo_loss, sorted_distinct, standardize
+    from policies.deep.lean_ppo import LeanPPOConfig, actor_critic, ppo_loss, standardize
+    from policies.deep.learner import distinct_ids
 
     rng = np.random.default_rng(5)
     for m in (2, 3, 17, 64, 64, 64, 512):
@@ -194,7 +195,7 @@ def test_lean_ppo_shortcuts_are_numpys_own_results_bit_for_bit():
     assert np.array_equal(standardize(x), (x - x.mean()) / (x.std(ddof=1) + 1e-8))
     for bound in (1, 7, 120, 600):
         idx = rng.integers(0, bound, int(rng.integers(1, 65)))
-        used, inverse = sorted_distinct(idx, bound)
+        used, inverse = distinct_ids(idx, bound)
         want_used, want_inverse = np.unique(idx, return_inverse=True)
         assert np.array_equal(used, want_used) and np.array_equal(inverse, want_inverse)
         assert used.dtype == want_used.dtype and inverse.dtype == want_inverse.dtype

@@ -130,7 +130,7 @@ def generate(pop: AdmissionsPopulation, rng: np.random.Generator) -> pd.DataFram
     })
 
 
-class World:
+class World(steps.LastDecisions):
     """Admissions state and seams (see ``abm.families``)."""
 
     obs_fields = OBS_FIELDS
@@ -177,7 +177,6 @@ class World:
         self.profit_total = 0.0
         self.admit_reward_total = 0.0
         self.cumulative_return = 0.0
-        self._last: tuple[Any, Any] = (np.empty(0, np.int64), np.empty(0))  # the last decisions and rewards
 
     # -- the Bisimulator seam -----------------------------------------------------------------
     def set_manipulation_costs(self, costs=None) -> None:
@@ -284,16 +283,6 @@ class World:
         return self.profit_total
 
     # -- decisions ----------------------------------------------------------------------------
-    @property
-    def last_idx(self) -> np.ndarray:
-        idx = self._last[0]
-        return np.array([idx]) if isinstance(idx, int) else idx
-
-    @property
-    def last_rewards(self) -> np.ndarray:
-        idx, rewards = self._last
-        return np.array([rewards], dtype=float) if isinstance(idx, int) else rewards
-
     def apply_decisions(self, idx, approved, probs, obs) -> None:
         if len(idx) == 1 and self.model.policy is None:  # the gym adapter's step: Python scalars
             self._apply_one(int(idx[0]), bool(approved[0]))
@@ -337,9 +326,7 @@ class World:
         c = self.cols
         g = c["group"].item(i)
         good = bool(c["outcome"].item(i))
-        r = self.rewards
-        reward = float((r.approve_good if good else r.approve_bad) if approved else
-                       (r.reject_good if good else r.reject_bad))
+        reward = self.rewards.reward_one(approved, good)
         self._last = (i, reward)
         for store in (self.cum, self.ep):
             if approved:

@@ -64,7 +64,7 @@ def check_observation_lengths(obs: ObservationDynamics, n_groups: int) -> None:
             raise ValueError(f"observation.{name} needs one value per group ({n_groups}), got {len(value)}")
 
 
-class ScoreLendingWorld(ABC):
+class ScoreLendingWorld(steps.LastDecisions, ABC):
     """State and seams (see ``abm.families``) of a one-applicant-per-step score-lending family.
 
     Subclasses set ``family``, ``score_range`` and ``integer_scores`` and implement
@@ -115,9 +115,6 @@ class ScoreLendingWorld(ABC):
         self.ep = {k: np.zeros(n_groups) for k in keys}
         self.profit_total = 0.0
         self.cumulative_return = 0.0
-        # the last decision batch's applicants and rewards; one decision is kept as two scalars
-        # and becomes arrays only when read (``last_idx``/``last_rewards``)
-        self._last: tuple = (np.empty(0, np.int64), np.empty(0))
         self._one = np.zeros(1, np.int64)  # a reused one-applicant index (scoring on arrival)
         self.score_at_episode_start = self.mean_scores()
         self.initial_mean = self.score_at_episode_start.copy()
@@ -280,8 +277,7 @@ class ScoreLendingWorld(ABC):
         c, cum, ep = self.cols, self.cum, self.ep
         g = c["group"].item(i)  # .item(): Python scalars, cheaper than numpy ones and the same values
         good = bool(c["outcome"].item(i))
-        r = self.rewards
-        reward = (r.approve_good if good else r.approve_bad) if approved else (r.reject_good if good else r.reject_bad)
+        reward = self.rewards.reward_one(approved, good)
         self._last = (i, reward)
         self.profit_total += reward
         self.model.bank.profit = self.profit_total
@@ -314,16 +310,6 @@ class ScoreLendingWorld(ABC):
         if policy is not None:
             policy.on_outcomes(steps.Outcomes(np.array([i]), np.array([g]), obs, np.array([good]),
                                               np.array([reward])))
-
-    @property
-    def last_idx(self) -> np.ndarray:
-        idx = self._last[0]
-        return np.array([idx]) if isinstance(idx, int) else idx
-
-    @property
-    def last_rewards(self) -> np.ndarray:
-        idx, rewards = self._last
-        return np.array([rewards], dtype=float) if isinstance(idx, int) else rewards
 
     # -- episodes ---------------------------------------------------------------------------
     def mean_scores(self, column: str = "score") -> np.ndarray:

@@ -51,6 +51,11 @@ class RewardTable:
         return np.where(approved, np.where(good, self.approve_good, self.approve_bad),
                         np.where(good, self.reject_good, self.reject_bad)).astype(float)
 
+    def reward_one(self, approved: bool, good: bool) -> float:
+        """``reward`` of one decision, as a Python float (the scalar paths of the worlds)."""
+        return float((self.approve_good if good else self.approve_bad) if approved else
+                     (self.reject_good if good else self.reject_bad))
+
 
 @dataclass(frozen=True)
 class ThresholdContext(PolicyContext):
@@ -77,6 +82,24 @@ class Outcomes:
     obs: np.ndarray
     repaid: np.ndarray
     profit: np.ndarray
+
+
+class LastDecisions:
+    """``last_idx`` / ``last_rewards`` of a world: the last decided applicants and their rewards,
+    kept in ``_last`` as ``(idx array, rewards array)`` for a batch, or as ``(int, float)`` for one
+    decision taken in Python scalars (arrays only when read)."""
+
+    _last: tuple[Any, Any] = (np.empty(0, np.int64), np.empty(0))
+
+    @property
+    def last_idx(self) -> np.ndarray:
+        idx = self._last[0]
+        return np.array([idx]) if isinstance(idx, int) else idx
+
+    @property
+    def last_rewards(self) -> np.ndarray:
+        idx, rewards = self._last
+        return np.array([rewards], dtype=float) if isinstance(idx, int) else rewards
 
 
 def allocate(total: int, shares) -> np.ndarray:

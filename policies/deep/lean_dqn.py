@@ -36,7 +36,7 @@ import numpy as np
 from abm.errors import InvariantError
 from abm.vector import AbmVectorEnv
 from policies.deep.learner import (Adam, AdvantageAdjuster, FlatParams, LeanLearner, StepHook, blas_single_thread,
-                                   clip_grad_norm, vector_records)
+                                   clip_grad_norm, distinct_ids, vector_records)
 
 
 @dataclass(frozen=True)
@@ -187,17 +187,6 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, self.size if self.full else self.pos, batch_size)
-
-
-def distinct_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sorted distinct values of ``ids`` (all in [0, n)) and each one's position among them
-    (``np.unique(ids, return_inverse=True)`` by marking, without sorting)."""
-    present = np.zeros(n, bool)
-    present[ids] = True
-    distinct = np.flatnonzero(present)
-    position = np.zeros(n, np.int64)
-    position[distinct] = np.arange(len(distinct))
-    return distinct, position[ids]
 
 
 class TargetValues:

@@ -39,7 +39,7 @@ import numpy as np
 from abm.errors import InvariantError, UserError
 from abm.vector import AbmVectorEnv
 from policies.deep.learner import (Adam, AdvantageAdjuster, FlatParams, LeanLearner, RolloutContext, StepHook,
-                                   blas_single_thread, clip_grad_norm, vector_records)
+                                   blas_single_thread, clip_grad_norm, distinct_ids, vector_records)
 
 RECORD_COLUMNS = ("group", "action", "outcome", "reward", "done", "obs", "next_obs")  # what adjusters read
 
@@ -207,16 +207,6 @@ def distinct_rows(obs: np.ndarray, most: float = 0.5) -> tuple[np.ndarray, np.nd
     return obs[first], inverse.reshape(-1)
 
 
-def sorted_distinct(idx: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(idx, return_inverse=True)`` for integers in [0, bound), by marking and counting
-    (the same two arrays; ``np.unique`` sorts, and its call overhead was 5% of a minibatch step)."""
-    present = np.zeros(bound, bool)
-    present[idx] = True
-    used = np.flatnonzero(present)
-    rank = np.cumsum(present) - 1
-    return used, rank[idx]
-
-
 class LeanPPOLearner(LeanLearner):
     """The ``Learner`` interface on lean PPO (``backend: lean`` of every PPO-based lender)."""
 
@@ -347,7 +337,7 @@ class LeanPPOLearner(LeanLearner):
             b_inds = self.rng.permutation(n)
             for start in range(0, n, cfg.batch_size):
                 mb = b_inds[start:start + cfg.batch_size]
-                used, inverse = sorted_distinct(b_row[mb], len(rows))
+                used, inverse = distinct_ids(b_row[mb], len(rows))
                 adv, norm_adv = b_advantages[mb], None
                 if self.minibatch_hook is not None:
                     transform, norm_adv = self.minibatch_hook

@@ -340,6 +340,18 @@ class FlatParams:
         self.flat[...] = other.flat
 
 
+def distinct_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values of ``ids`` (all in [0, n)) and each one's position among them:
+    ``np.unique(ids, return_inverse=True)`` by marking, without sorting (``np.unique``'s call
+    overhead was 5% of a lean PPO minibatch step). Both lean learners group repeated states by it."""
+    present = np.zeros(n, bool)
+    present[ids] = True
+    distinct = np.flatnonzero(present)
+    position = np.zeros(n, np.int64)
+    position[distinct] = np.arange(len(distinct))
+    return distinct, position[ids]
+
+
 def clip_grad_norm(grad: np.ndarray, max_norm: float) -> float:
     """Rescale ``grad`` in place to global norm <= ``max_norm`` (torch's clip_grad_norm_); returns the norm."""
     norm = float(np.sqrt(np.dot(grad, grad)))
