@@ -4,6 +4,9 @@ report/seed_tables.md; two-sided p for the difference of two methods' means over
 
     python benchmarks/seed002_budget_stats.py outputs/studies/table5-budget-session \
         ppo,bisim_ppo ppo,elbert_po --metrics cumulative_return,recall_gap
+
+``--pool FOLDER`` adds the runs of another study of the same scenario and budget (e.g. a
+session study holding only the methods the first one left out) to the first folder's.
 """
 from __future__ import annotations
 
@@ -29,8 +32,13 @@ def main() -> None:
     ap.add_argument("folder")
     ap.add_argument("pairs", nargs="+", help="method_a,method_b (policy names; bisim_ppo_full for the full variant)")
     ap.add_argument("--metrics", default="cumulative_return,recall_gap,credit_gap")
+    ap.add_argument("--pool", action="append", default=[], metavar="FOLDER",
+                    help="another study of the same scenario and budget whose runs join the first folder's")
     args = ap.parse_args()
     final = finals(args.folder)
+    if args.pool:
+        group = final["group"].iloc[0]
+        final = pd.concat([final, *(finals(f).assign(group=group) for f in args.pool)], ignore_index=True)
     for group, part in final.groupby("group", sort=False):
         print(f"## {group}: methods {sorted(part['method'].unique())}")
         for pair in args.pairs:
