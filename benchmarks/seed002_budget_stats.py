@@ -11,6 +11,8 @@ session study holding only the methods the first one left out) to the first fold
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import pandas as pd
 from scipy import stats
@@ -19,7 +21,11 @@ from abm.reports.seed002 import with_evaluations
 
 
 def finals(folder: str) -> pd.DataFrame:
-    study = pd.read_parquet(f"{folder}/study.parquet")
+    table = Path(folder) / "study.parquet"
+    if not table.is_file():
+        print(f"{folder}: no study.parquet (render it with: abm report {folder})", file=sys.stderr)
+        raise SystemExit(2)
+    study = pd.read_parquet(table)
     last = study.groupby("run_id", sort=False)["episode"].transform("max")
     out = with_evaluations(study[study["episode"] == last], folder).copy()
     out["method"] = out["policy"].str.extract(r"^([a-z_]+)", expand=False) + \
