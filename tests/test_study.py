@@ -187,6 +187,10 @@ def test_two_local_workers_give_the_serial_results_run_for_run(serial_study, tmp
         dask_out = run_study(study, tmp_path / "dask", client=client, quiet=True)
     assert (dask_out.succeeded, dask_out.failed) == (4, 0)
     assert not (tmp_path / "scratch").exists()
+    from abm.study.aggregate import read_run_times
+
+    times = read_run_times(tmp_path / "dask")  # measured on the workers, kept by the study
+    assert len(times) == 4 and (times["cpu_s"] > 0).all() and (times["backend"] == "dask client").all()
     reference = digests(serial_dir)
     assert reference == digests(tmp_path / "dask") and len(reference) == 4
     pd.testing.assert_frame_equal(pd.read_parquet(serial_dir / "summary.parquet"),
@@ -246,6 +250,78 @@ def test_failing_run_is_recorded_and_the_others_finish(tmp_path):
     retried = run_study(study, tmp_path / "out", workers=0, quiet=True, retry_failed=True)
     assert (retried.succeeded, retried.skipped, retried.failed, retried.failed_before) == (0, 1, 1, 0)
     assert "1 failed" in retried.summary_line("fail") and "1 skipped" in retried.summary_line("fail")
+
+
+def test_each_computed_run_keeps_its_wall_and_cpu_time(serial_study, tmp_path):
+    from abm.study.aggregate import read_run_times
+
+    study, serial_dir, _ = serial_study
+    times = read_run_times(serial_dir)
+    ids = [r.run_id for r in study.runs]
+    assert sorted(times["run_id"]) == sorted(ids) and (times["status"] == "ok").all()
+    assert (times["wall_s"] > 0).all() and (times["cpu_s"] > 0).all() and (times["load_1m"] >= 0).all()
+    assert (times["backend"] == "in process, no dask").all()
+    status = pd.read_csv(serial_dir / "runs.csv").set_index("run_id")
+    np.testing.assert_allclose(status.loc[times["run_id"], "wall_s"], times["wall_s"].to_numpy())
+    # a resumed study computes nothing and adds no line; a recomputed run adds one, the latest counts
+    folder = tmp_path / "copy"
+    shutil.copytree(serial_dir, folder)
+    before = (folder / "run_times.csv").read_text()
+    run_study(study, folder, workers=0, quiet=True)
+    assert (folder / "run_times.csv").read_text() == before
+    shutil.rmtree(folder / "runs" / ids[0])
+    run_study(study, folder, workers=0, quiet=True)
+    again = read_run_times(folder)
+    assert len(again) == 5 and list(again["run_id"]).count(ids[0]) == 2
+    status = pd.read_csv(folder / "runs.csv").set_index("run_id")
+    assert status.at[ids[0], "wall_s"] == pytest.approx(again[again["run_id"] == ids[0]]["wall_s"].iloc[-1], abs=1e-3)
+    from abm.reports import render
+
+    comparison = (render(folder) / "comparison.md").read_text()
+    assert "## Time" in comparison and "4 runs," in comparison
+    assert "| approve_all, arrivals.base_slope=0.01 | 1 |" in comparison
+
+
+@pytest.mark.parametrize("damage", ["torn", "garbage", "binary", "other_header", "empty"])
+def test_damaged_run_times_drop_bad_lines_and_never_block_the_report(serial_study, tmp_path, damage):
+    from abm.reports import render
+    from abm.study.aggregate import read_run_times
+
+    study, serial_dir, _ = serial_study
+    folder = tmp_path / "copy"
+    shutil.copytree(serial_dir, folder)
+    path = folder / "run_times.csv"
+    good = path.read_text()
+    if damage == "torn":  # a study killed mid-write: the last line cut short
+        path.write_text(good + study.runs[0].run_id + ",ok,2026-")
+    elif damage == "garbage":
+        path.write_text(good + "not,a,number,x,y,z,w,v\n" + "too,few\n")
+    elif damage == "binary":
+        path.write_bytes(b"\x00\xff\xfe" * 100)
+    elif damage == "other_header":
+        path.write_text("a,b\n1,2\n")
+    else:
+        path.write_text("")
+    times = read_run_times(folder)
+    assert len(times) == (4 if damage in ("torn", "garbage") else 0)
+    comparison = (render(folder) / "comparison.md").read_text()
+    assert ("## Time" in comparison) == (damage in ("torn", "garbage"))
+    run_study(study, folder, workers=0, quiet=True)  # the study itself is not disturbed
+    assert set(pd.read_csv(folder / "runs.csv")["status"]) == {"ok"}
+
+
+def test_a_failed_run_is_timed_but_not_counted_in_the_report(tmp_path):
+    from abm.reports import render
+    from abm.study.aggregate import read_run_times
+
+    doc = tiny_doc(grid={"population.n_male": [200, 40000]}, policies=[{"name": "approve_all"}])
+    study = study_from_dict(doc, "fail")
+    run_study(study, tmp_path / "out", workers=0, quiet=True)
+    times = read_run_times(tmp_path / "out")
+    assert sorted(times["status"]) == ["failed", "ok"]
+    status = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("run_id")
+    assert status[status["status"] == "failed"]["wall_s"].isna().all()
+    assert "1 runs," in (render(tmp_path / "out") / "comparison.md").read_text()
 
 
 def test_study_table_summary_and_report(serial_study):

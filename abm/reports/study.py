@@ -33,7 +33,7 @@ import pandas as pd
 from abm.errors import UserError
 from abm.reports import figures
 from abm.reports.run import to_markdown
-from abm.study.aggregate import load_summary, read_manifest
+from abm.study.aggregate import config_label, load_summary, read_manifest, read_run_times
 
 # metrics shown in the comparison tables and plots, when a family provides them
 KEY_METRICS = ("wealth_gap", "inequality_ratio", "cumulative_profit", "mean_wealth_{g}", "reach_{g}",
@@ -102,6 +102,7 @@ def render_study(folder: str | Path, papers: Iterable[PaperReport] = (), fairnes
     if status is not None and (status["status"] != "ok").any():
         bad = status[status["status"] != "ok"]
         lines += ["## Runs not finished", "", to_markdown(bad[["run_id", "status", "config", "error"]].fillna("")), ""]
+    lines += time_section(folder, manifest, grid_keys)
     (out / "comparison.md").write_text("\n".join(lines))
     for paper in papers:
         if paper.applies(folder):
@@ -111,6 +112,36 @@ def render_study(folder: str | Path, papers: Iterable[PaperReport] = (), fairnes
                     figures.save(spec, out)
     write_figures(folder, summary, out, manifest, fairness=fairness, profit=profit)
     return out
+
+
+def time_section(folder: Path, manifest: dict, grid_keys: list[str]) -> list[str]:
+    """The "Time" section of comparison.md: per configuration, the wall and CPU seconds of its runs'
+    latest computations (``run_times.csv``), and the study's total; nothing when it kept no times."""
+    times = read_run_times(folder)
+    times = times[times["status"] == "ok"].drop_duplicates("run_id", keep="last")
+    labels = {spec["run_id"]: config_label(spec["columns"], grid_keys) for spec in manifest["runs"]}
+    times = times[times["run_id"].isin(labels)]
+    if times.empty:
+        return []
+    times = times.assign(configuration=times["run_id"].map(labels))
+    rows = []
+    for config, runs in times.groupby("configuration", sort=False):
+        wall, cpu = runs["wall_s"], runs["cpu_s"]
+        rows.append({"configuration": config, "runs timed": len(runs),
+                     "wall s per run": _secs(wall.min()) if len(runs) == 1 else f"{_secs(wall.min())}-{_secs(wall.max())}",
+                     "CPU s per run (mean)": _secs(cpu.mean()), "CPU s (all runs)": _secs(cpu.sum()),
+                     "load (1 min, at the end)": f"{runs['load_1m'].min():.1f}-{runs['load_1m'].max():.1f}"})
+    untimed = len(manifest["runs"]) - len(times)
+    return ["## Time", "",
+            f"Each finished run's latest computation as its worker measured it (`run_times.csv`): "
+            f"{len(times)} runs, {_secs(times['cpu_s'].sum())} CPU-s ({times['cpu_s'].sum() / 3600:.2f} h) and "
+            f"{_secs(times['wall_s'].sum())} s of run wall time in all"
+            + (f"; {untimed} runs of the study have no time (not finished, or computed before times were kept)"
+               if untimed else "") + ".", "", to_markdown(pd.DataFrame(rows)), ""]
+
+
+def _secs(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def _pm(mean: float, std: float) -> str:

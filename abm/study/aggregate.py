@@ -5,7 +5,7 @@ its configuration columns (run id, configuration id and label, group(s), policy,
 one column per grid field, replicate, seed). ``summary.parquet`` holds one row per
 configuration and episode: ``<metric>_mean`` and ``<metric>_std`` (sample std, ddof 1) over the
 replicates, and ``count``, the number of finished runs behind them. ``runs.csv`` lists every
-run with its status. Tables and plots on top of these: ``abm.reports.study``.
+run with its status and, where ``run_times.csv`` has it, its wall and CPU seconds. Tables and plots on top of these: ``abm.reports.study``.
 """
 
 from __future__ import annotations
@@ -103,13 +103,39 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return study, summary
 
 
+TIMES = "run_times.csv"  # every computed run's cost, appended by ``abm.study.execute.record_time``
+TIME_COLUMNS = ("run_id", "status", "started", "wall_s", "cpu_s", "load_1m", "host", "backend")
+
+
+def read_run_times(folder: str | Path) -> pd.DataFrame:
+    """``run_times.csv`` of a study folder (``abm.study.execute.record_time``): one row per
+    computed run, oldest first; lines that do not parse (a torn last line of a killed study, an
+    edited file) are left out. Empty (with the columns) when the study kept no times."""
+    columns = list(TIME_COLUMNS)
+    path = Path(folder) / TIMES
+    try:
+        frame = pd.read_csv(path, on_bad_lines="skip", dtype=str, keep_default_na=False)
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError):  # absent, empty or not text
+        return pd.DataFrame(columns=columns)
+    if list(frame.columns) != columns:
+        return pd.DataFrame(columns=columns)
+    for col in ("wall_s", "cpu_s", "load_1m"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    good = frame["wall_s"].notna() & frame["cpu_s"].notna() & (frame["wall_s"] >= 0) & (frame["cpu_s"] >= 0)
+    return frame[good].reset_index(drop=True)
+
+
 def _write_status(folder: Path, manifest: dict, grid_keys: list[str], corrupt: dict[str, str] | None = None) -> None:
     """``runs.csv``: every run of the study with its status (ok / stale: finished by other code /
     corrupt: finished, but a file is damaged (left out of the tables; the next ``abm study`` sets
     it aside and recomputes it) / failed / missing), the code fingerprint that computed it and its
-    error (for a run recomputed after its folder was found corrupted, where the old one is kept)."""
+    error (for a run recomputed after its folder was found corrupted, where the old one is kept),
+    and for a finished run the wall and CPU seconds of its latest computation (``run_times.csv``;
+    empty for runs computed before the study kept times)."""
     rows = []
     corrupt = corrupt or {}
+    times = read_run_times(folder)
+    last = times[times["status"] == "ok"].drop_duplicates("run_id", keep="last").set_index("run_id")
     for spec in manifest["runs"]:
         run_id = spec["run_id"]
         record = folder / "failed" / f"{run_id}.json"
@@ -131,12 +157,15 @@ def _write_status(folder: Path, manifest: dict, grid_keys: list[str], corrupt: d
         else:
             status, error = "missing", ""
         cols = spec["columns"]
+        timed = status in ("ok", "stale") and run_id in last.index
         rows.append({"run_id": run_id, "status": status, "config": config_label(cols, grid_keys),
                      "groups": ",".join(spec["groups"]), "replicate": spec["replicate"], "seed": spec["seed"],
-                     "code_fingerprint": code, "error": error})
+                     "code_fingerprint": code, "error": error,
+                     "wall_s": last.at[run_id, "wall_s"] if timed else np.nan,
+                     "cpu_s": last.at[run_id, "cpu_s"] if timed else np.nan})
     tmp = folder / f".tmp-runs.csv-{uuid.uuid4().hex[:8]}"
     pd.DataFrame(rows, columns=["run_id", "status", "config", "groups", "replicate", "seed", "code_fingerprint",
-                                "error"]).to_csv(
+                                "error", "wall_s", "cpu_s"]).to_csv(
         tmp, index=False)
     os.replace(tmp, folder / "runs.csv")
 

@@ -15,13 +15,18 @@ run whose files are damaged (``abm.runner.run_folder_problem``: a truncated or o
 parquet file) is set aside as ``runs/<id>.corrupt`` and recomputed; it never blocks the study.
 A study refused before its cluster is up (a bad ``--workers``, an unreachable ``--scheduler``)
 removes the folder (or the study files) it created: nothing is left behind.
+
+Cost. Each computed run's wall and CPU time, as its worker measured them, is appended to
+``run_times.csv`` in the study folder; ``runs.csv`` and the report's "Time" section read it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
 import fcntl
+import io
 import json
 import logging
 import os
@@ -40,7 +45,7 @@ from abm.config import validate_scenario_dict
 from abm.errors import UserError
 from abm.provenance import is_stale, set_aside
 from abm.runner import first_missing, is_complete, run_folder_problem, run_to_folder, set_aside_corrupt
-from abm.study.aggregate import aggregate as aggregate_runs
+from abm.study.aggregate import TIME_COLUMNS, TIMES, aggregate as aggregate_runs
 from abm.study.spec import RunSpec, Study
 
 SCRATCH = ".dask-scratch"
@@ -102,11 +107,25 @@ def record_failure(failed_dir: Path, run_id: str, error: str, trace: str) -> Non
     _atomic_write(failed_dir / f"{run_id}.json", json.dumps(record, indent=2))
 
 
+def _clock() -> tuple[float, float, float]:
+    return time.time(), time.perf_counter(), time.process_time()
+
+
+def _cost(start: tuple[float, float, float]) -> dict[str, Any]:
+    """What a run cost, measured on its worker: wall and CPU seconds (the worker process's, every
+    thread of it), its start (UTC) and the machine's 1-minute load average as it ended."""
+    epoch, wall, cpu = start
+    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)), "host": os.uname().nodename,
+            "load_1m": os.getloadavg()[0]}
+
+
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Compute one run into ``runs/<run id>`` (on a worker); never raises for a failing run."""
+    """Compute one run into ``runs/<run id>`` (on a worker); never raises for a failing run. The
+    result carries the run's cost (``_cost``), which ``run_study`` keeps in ``run_times.csv``."""
     run_id = task["run_id"]
     runs_dir, failed_dir = Path(task["runs_dir"]), Path(task["failed_dir"])
-    started = time.perf_counter()
+    start = _clock()
     try:
         scenario = validate_scenario_dict(task["scenario"], f"run {run_id}")
         run_to_folder(scenario, runs_dir, name=run_id, reuse=True, stale="reuse")  # run_study decides on stale runs
@@ -115,12 +134,11 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             shutil.rmtree(leftover, ignore_errors=True)
         error = f"{type(exc).__name__}: {exc}".replace("\n", "; ")
         if getattr(exc, "errno", None) in OUTPUT_ERRNOS:  # the output folder's fault, not the run's
-            return {"run_id": run_id, "status": "failed", "error": str(exc), "output_error": True,
-                    "wall_s": time.perf_counter() - started}
+            return {"run_id": run_id, "status": "failed", "error": str(exc), "output_error": True, **_cost(start)}
         record_failure(failed_dir, run_id, error, traceback.format_exc())
-        return {"run_id": run_id, "status": "failed", "error": error, "wall_s": time.perf_counter() - started}
+        return {"run_id": run_id, "status": "failed", "error": error, **_cost(start)}
     (failed_dir / f"{run_id}.json").unlink(missing_ok=True)
-    return {"run_id": run_id, "status": "ok", "wall_s": time.perf_counter() - started}
+    return {"run_id": run_id, "status": "ok", **_cost(start)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,6 +283,25 @@ def _clean_leftovers(folder: Path) -> None:
     shutil.rmtree(folder / SCRATCH, ignore_errors=True)
 
 
+def record_time(folder: Path, result: dict[str, Any], backend: str) -> None:
+    """Append one run's cost to ``run_times.csv`` (one line per computed run, never rewritten: a
+    resumed or recomputed study keeps the earlier lines). A result without a cost (a worker that
+    died) adds nothing. One ``write`` per line, so a killed study leaves at most a torn last line,
+    which ``abm.study.aggregate.read_run_times`` skips."""
+    if "wall_s" not in result or "cpu_s" not in result:
+        return
+    path = folder / TIMES
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    if not path.is_file() or path.stat().st_size == 0:
+        writer.writerow(TIME_COLUMNS)
+    writer.writerow([result["run_id"], result["status"], result.get("started", ""), f"{result['wall_s']:.3f}",
+                     f"{result['cpu_s']:.3f}", f"{result.get('load_1m', float('nan')):.2f}", result.get("host", ""),
+                     backend])
+    with open(path, "a") as handle:
+        handle.write(buf.getvalue())
+
+
 def write_manifest(study: Study, folder: Path) -> None:
     _atomic_write(folder / "study.yaml", yaml.safe_dump(study.document, sort_keys=False))
     manifest = {"name": study.name, "seed": study.seed, "source": study.source, "grid_keys": study.grid_keys,
@@ -347,6 +384,10 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
                     if result.get("output_error"):
                         raise UserError(f"{result['error']}: study {study.name} stopped after {outcome.succeeded} "
                                         f"new runs; free space (or fix permissions) and rerun to resume")
+                    try:
+                        record_time(folder, result, outcome.backend)
+                    except OSError as exc:  # a full disk: the run is safe in its folder; only its time is lost
+                        logging.getLogger("abm.study").warning("run_times.csv: %s", exc)
                     if result["status"] == "ok":
                         outcome.succeeded += 1
                     else:
