@@ -24,6 +24,13 @@ scenario with root seed ``s`` (so ``reset(seed=scenario.seed)`` replays ``abm ru
 trajectory); ``reset()`` draws the next seed from the env's generator, which is seeded by the
 first seeded reset or, failing that, by the scenario's own seed: an env is deterministic
 unless asked otherwise.
+
+Training history: ``env.history`` collects the metrics row of every scenario episode the
+adapter's simulations finish (the engine's episode rows, as ``abm run`` writes them), with
+``world`` (the adapter's index among the K worlds of a vector env) and ``gym_episode`` (how many
+resets came before) added: the learner's training curve, at no cost per step beyond one length
+check. The deep lenders save it as ``policy/training.csv``. Adapters made by
+``AbmVectorEnv.around`` share sub-env 0's list.
 """
 
 from __future__ import annotations
@@ -77,12 +84,17 @@ class AbmEnv(gymnasium.Env):
     """The bank's decision problem of one scenario (see the module docstring)."""
 
     metadata = {"render_modes": []}
+    keeps_history = True  # collect the scenario episodes' rows in ``history`` (the module docstring)
 
     def __init__(self, scenario, *, sim_episodes: int = 1):
         if int(sim_episodes) < 1:
             raise UserError(f"make_env: sim_episodes must be >= 1, got {sim_episodes}")
         self.scenario = scenario
         self.sim_episodes = int(sim_episodes)
+        self.history: list[dict[str, Any]] | None = [] if self.keeps_history else None
+        self.world_index = 0  # this adapter's index among a vector env's worlds
+        self._resets = 0  # seeded or not: the gym episode of the current simulation
+        self._rows_seen = 0  # episode rows of the current simulation already in ``history``
         self.sim = None
         self._req = None
         self._pending = None  # the pending request as (agent_id, group, true outcome, float32 obs)
@@ -108,6 +120,7 @@ class AbmEnv(gymnasium.Env):
         # no event log and no Mesa agent per applicant: the adapter reads neither (training speed)
         self.sim = simulation(sc, external=True, log_events=False, track_applicants=False)
         self._start_episode = 0
+        self._rows_seen = 0
         world = self.sim.world  # its capabilities, asked once per simulation (not per step)
         self._reward_total = _reward_reader(world)
         self._outcome = _outcome_reader(world)
@@ -130,6 +143,8 @@ class AbmEnv(gymnasium.Env):
                     step()
             except simpy.core.EmptySchedule:
                 raise RuntimeError("the simulation ran out of events before the next decision") from None
+            if len(sim.episode_rows) != self._rows_seen and self.history is not None:
+                self._keep_rows()
             if ready.triggered:
                 req = self._req = ready.value
                 one = self._one
@@ -140,6 +155,12 @@ class AbmEnv(gymnasium.Env):
             if len(sim.episode_rows) - self._start_episode >= self.sim_episodes:
                 self._req = self._pending = None
                 return False
+
+    def _keep_rows(self) -> None:
+        rows = self.sim.episode_rows
+        head = {"world": self.world_index, "gym_episode": self._resets - 1}
+        self.history.extend({**head, **row} for row in rows[self._rows_seen:])
+        self._rows_seen = len(rows)
 
     def _obs(self, raw: np.ndarray) -> np.ndarray:
         return raw.astype(np.float32)  # a new array
@@ -159,6 +180,7 @@ class AbmEnv(gymnasium.Env):
             sim_seed = int(seed)
         else:
             sim_seed = int(self.np_random.integers(0, MAX_SEED))
+        self._resets += 1
         self._new_sim(sim_seed)
         if not self._advance():
             raise UserError(f"scenario {self.scenario.name!r}: no application reached the bank in "

@@ -71,6 +71,8 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
             raise UserError("AbmVectorEnv: sub-envs must share observation fields and groups (one scenario)")
         self.envs = envs
         self.adapters = adapters
+        for k, adapter in enumerate(adapters):
+            adapter.world_index = k  # the ``world`` column of the training history
         self.num_envs = len(envs)
         self.obs_fields = first.obs_fields
         self.group_names = first.group_names
@@ -97,7 +99,10 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
         if n_envs > 1 and env is not raw:
             raise UserError(f"n_envs: {type(env).__name__} wraps one training env; it trains with n_envs: 1 "
                             f"(got {n_envs})")
-        return cls([env] + [AbmEnv(raw.scenario, sim_episodes=raw.sim_episodes) for _ in range(n_envs - 1)])
+        fresh = [AbmEnv(raw.scenario, sim_episodes=raw.sim_episodes) for _ in range(n_envs - 1)]
+        for adapter in fresh:  # one training curve: sub-env 0's ``history``
+            adapter.history = raw.history
+        return cls([env] + fresh)
 
     # -- gymnasium.vector API ---------------------------------------------------------------
     def reset(self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None):
@@ -221,6 +226,17 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
             infos["episode_metrics"] = tuple(metrics)
         self._obs = obs_out
         return obs_out.copy(), rewards, terminations, truncations, infos
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The scenario-episode rows every sub-env finished (``abm.gym``, "Training history"),
+        each list once where sub-envs share one, in the order they were kept per list."""
+        seen, rows = set(), []
+        for adapter in self.adapters:
+            if adapter.history is not None and id(adapter.history) not in seen:
+                seen.add(id(adapter.history))
+                rows.extend(adapter.history)
+        return rows
 
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:

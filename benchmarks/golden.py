@@ -9,7 +9,8 @@ A refactor or speed-up must leave these unchanged. Run before and after and comp
 Covers every scenario file with its own policy and every registered policy on a family it
 fits (deep lenders at a tiny training budget), a study with its aggregate and report tables,
 and a gym trajectory. ``summary.json`` is compared without its wall time and code
-fingerprint (both change by design).
+fingerprint (both change by design), a study without its times (``runs.csv``,
+``run_times.csv``, the report's Time section) and the study file's path in its manifest.
 """
 
 from __future__ import annotations
@@ -133,7 +134,14 @@ def main() -> None:
             cli("report", str(study))
             digest = {k: v for k, v in folder_digest(study).items()
                       if not k.startswith("runs/") or k.endswith(("events.parquet", "episodes.parquet"))}
-            digest = {k: v for k, v in digest.items() if not k.endswith((".lock", "runs.csv"))}
+            # runs.csv and run_times.csv hold wall and CPU times, the report's Time section sums
+            # them, the manifest names the study file's absolute path: all differ by design
+            digest = {k: v for k, v in digest.items() if not k.endswith((".lock", "runs.csv", "run_times.csv"))}
+            comparison = (study / "report" / "comparison.md").read_text().split("## Time")[0]
+            digest["report/comparison.md"] = sha(comparison.encode())
+            manifest = json.loads((study / "manifest.json").read_text())
+            manifest.pop("source", None)
+            digest["manifest.json"] = sha(json.dumps(manifest, sort_keys=True).encode())
             result["study"] = digest
             print("study ok", flush=True)
         if (not args.only or "gym" in args.only) and "gym" not in result:

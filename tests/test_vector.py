@@ -9,6 +9,7 @@ import json
 
 import gymnasium
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -432,3 +433,64 @@ def test_a_checkpoint_of_other_observation_fields_or_backend_exits_2(cli, tmp_pa
     cfg["obs_fields"] = ["credit_score", "group"]
     (policy_dir / "config.json").write_text(json.dumps(cfg))
     assert "observation fields" in load_error("policy.backend=lean")
+
+
+# -- the training history (policy/training.csv, policy/bisimulator.csv) -------------------------
+def test_training_history_is_the_engines_episode_rows_of_the_training_worlds(tmp_path):
+    """Approving everyone through the adapter replays ``abm run --policy approve_all`` (the same
+    seed, the same trajectory), so the adapter's history must be that run's episodes table."""
+    from abm.runner import execute
+
+    sets = ["population.size=100", "episodes.count=3", "episodes.horizon=50"]
+    sc = load_scenario(LENDING, sets + ["policy.name=approve_all"])
+    _, episodes, _ = execute(sc)
+    env = AbmEnv(sc, sim_episodes=3)
+    env.reset(seed=sc.seed)
+    truncated = False
+    while not truncated:
+        *_, truncated, _ = env.step(1)
+    assert [(r["world"], r["gym_episode"]) for r in env.history] == [(0, 0)] * 3
+    kept = pd.DataFrame(env.history).drop(columns=["world", "gym_episode"])
+    pd.testing.assert_frame_equal(kept, episodes.reset_index(drop=True)[kept.columns], check_dtype=False)
+    env.reset()  # a second gym episode: rows tagged with it, nothing kept twice
+    for _ in range(60):
+        env.step(0)
+    assert [r["gym_episode"] for r in env.history] == [0, 0, 0, 1]
+    # K worlds made around a training env share its list and are told apart by ``world``
+    vec = AbmVectorEnv.around(AbmEnv(sc), 3)
+    vec.records = False
+    vec.reset(seed=5)
+    for _ in range(50):
+        vec.step(np.ones(3, np.int64))
+    assert sorted((r["world"], r["episode"]) for r in vec.history) == [(0, 0), (1, 0), (2, 0)]
+    assert vec.history == vec.adapters[0].history
+    from policies.deep.bisimulator import ProbeEnv
+
+    assert ProbeEnv(sc).history is None  # the Bisimulator's probe simulations keep nothing
+
+
+def test_deep_lenders_save_their_training_curve_and_the_bisimulators_omega(cli, tmp_path):
+    res = run_lending(cli, tmp_path, "policy.backend=lean", "policy.total_timesteps=1024", "policy.n_envs=2")
+    assert res.returncode == 0, res.stderr
+    (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    curve = pd.read_csv(folder / "policy" / "training.csv")
+    assert sorted(curve["world"]) == [0, 0, 1, 1] and (curve["episode"] == 0).all()  # 2 x 512 = 2 x 2 episodes
+    assert {"return", "recall_G1", "recall_G2", "approvals_G1"} <= set(curve.columns)
+    assert (curve["applications_G1"] + curve["applications_G2"] == 256).all()
+    res = run_lending(cli, tmp_path, "policy.name=bisim_ppo", "policy.backend=lean", "policy.total_timesteps=1536",
+                      "policy.dynamics_iterations=3", "policy.dynamics_every=2", out="bisim")
+    assert res.returncode == 0, res.stderr
+    (folder,) = [p for p in (tmp_path / "bisim").iterdir() if p.is_dir()]
+    rows = pd.read_csv(folder / "policy" / "bisimulator.csv")
+    assert list(rows["iteration"]) == [0, 1, 2] and list(rows["decisions"]) == [512, 1024, 1536]
+    omega = ["score_change_repay_G1", "score_change_repay_G2", "score_change_default_G1", "score_change_default_G2"]
+    assert list(rows.columns) == ["iteration", "decisions", "j_rew_before", "j_rew_after", "j_dyn", *omega]
+    assert rows["j_dyn"].notna().tolist() == [True, False, True]  # a dynamics phase every 2nd iteration
+    final = json.loads((folder / "policy" / "config.json").read_text())["extra"]["omega"]
+    np.testing.assert_allclose(rows[omega].iloc[2].to_numpy(), final)  # the last phase's omega is the model's
+    # a model loaded instead of trained has no training of its own to show
+    sc = load_scenario(LENDING, ["population.size=100", "episodes.count=1", "episodes.horizon=256",
+                                 "policy.name=bisim_ppo", "policy.backend=lean", f"policy.model_path={folder / 'policy'}"])
+    loaded = simulation(sc).policy
+    loaded.save(tmp_path / "resaved")
+    assert not (tmp_path / "resaved" / "training.csv").exists() and not (tmp_path / "resaved" / "bisimulator.csv").exists()

@@ -571,6 +571,7 @@ class ProbeEnv(AbmEnv):
     the source world's state (scores, histories, pool) before its clock starts."""
 
     source = None  # the live training world, or None (a freshly generated population)
+    keeps_history = False  # probe simulations are no part of the training curve
 
     def _new_sim(self, seed: int) -> None:
         super()._new_sim(seed)
@@ -797,6 +798,37 @@ class BisimTrainer:
         last = self.bisim.history[-1] if self.bisim.history else {}
         return {"omega": None if self.bisim.omega is None else self.bisim.omega.tolist(),
                 "j_rew": last.get("j_rew_after"), "outer_iterations": len(self.bisim.history)}
+
+    def history_rows(self) -> list[dict[str, Any]]:
+        """One row per outer iteration of training (``policy/bisimulator.csv``): the decisions
+        trained on so far, J_rew before and after the reward step and, after a dynamics phase,
+        J_dyn of the chosen omega and omega itself, one column per scenario field and group
+        (e.g. ``score_change_repay_G2``). Empty for a loaded model."""
+        if self.bisim is None:
+            return []
+        names = None
+        rows = []
+        for row in self.bisim.history:
+            out = {"iteration": row["iteration"], "decisions": (row["iteration"] + 1) * self.p.outer_steps,
+                   "j_rew_before": row["j_rew_before"], "j_rew_after": row["j_rew_after"]}
+            if "omega" in row:
+                omega = np.asarray(row["omega"], dtype=float)
+                if names is None:
+                    names = self._omega_names(omega)
+                out["j_dyn"] = row["j_dyn"]
+                out.update(zip(names, omega.tolist()))
+            rows.append(out)
+        return rows
+
+    def _omega_names(self, omega: np.ndarray) -> list[str]:
+        """A column name per entry of omega: the scenario field it sets and the group's name."""
+        groups = list(self.raw_env.group_names)
+        names = []
+        for section in self.spec.fields(omega).values():
+            for field, values in section.items():
+                names += [f"{field}_{groups[k]}" if len(values) == len(groups) else f"{field}_{k}"
+                          for k in range(len(values))]
+        return names if len(names) == len(omega) else [f"omega_{k}" for k in range(len(omega))]
 
     def load_state(self, state: dict[str, Any]) -> None:
         if state.get("omega") is not None:

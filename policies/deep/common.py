@@ -7,7 +7,10 @@ trains there, on ``abm.gym.AbmEnv`` of the *same* scenario, with a training seed
 evaluation trajectory), or loads ``model_path``. ``decide`` then maps each observation row to the
 trained net's approval probability (``deterministic: true``, the default: its greedy action, 0 or
 1). After the run the runner saves the model into the run folder (``policy/model.zip`` +
-``policy/config.json``), which ``model_path`` reloads. Torch runs on one thread (two shared cores).
+``policy/config.json``), which ``model_path`` reloads, and what training did: ``policy/training.csv``
+(the metrics row of every scenario episode the training worlds finished, ``abm.gym``'s training
+history) and, with a Bisimulator, ``policy/bisimulator.csv`` (one row per outer iteration: J_rew
+before and after its reward step; in the full variant J_dyn and omega after each dynamics phase). Torch runs on one thread (two shared cores).
 ``eval_episodes`` > 1 adds evaluation episodes (``evaluate_more``, at the end of this file).
 
 Composition. Every registered deep lender is a ``DeepLender`` whose subclass only names its
@@ -42,6 +45,16 @@ from policies.torch_common import set_torch_threads
 
 SEED_BOUND = 2**31 - 1  # SB3 seeds numpy's legacy generator, which takes 32-bit seeds
 MODEL_FILE, CONFIG_FILE = "model.zip", "config.json"
+TRAINING_FILE, BISIM_FILE = "training.csv", "bisimulator.csv"  # what training did (module docstring)
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as a CSV file (columns in first-seen order); nothing when there are none (a
+    loaded model was not trained here)."""
+    if rows:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(path, index=False)
 
 
 class DeepParams(ExecutionFields):
@@ -75,6 +88,8 @@ class TrainingComponent(Protocol):
 
     def load_state(self, state: dict[str, Any]) -> None: ...
 
+    def history_rows(self) -> list[dict[str, Any]]: ...
+
 
 class DeepLender(Policy):
     """A deep RL lender assembled from a learner and optional fairness components."""
@@ -95,6 +110,7 @@ class DeepLender(Policy):
         self.bisimulator: TrainingComponent | None = (
             None if self.bisimulator_cls is None else self.bisimulator_cls(params, self.train_seed, self.learner))
         self.train_env = None  # the env trained on (the Bisimulator's wrapper around the adapter)
+        self.training_history: list[dict[str, Any]] = []  # the training worlds' episode rows (abm.gym)
 
     @property
     def model(self):
@@ -126,6 +142,7 @@ class DeepLender(Policy):
         Bisimulator (torch.manual_seed), the learner's networks (SB3 reseeds torch and numpy),
         the adjuster (ELBERT's critic draws from torch), then training."""
         raw = AbmEnv(scenario, sim_episodes=self.params.sim_episodes or scenario.episodes.count)
+        self.training_history = raw.history  # the K training worlds share it (AbmVectorEnv.around)
         env = raw if self.bisimulator is None else self.bisimulator.attach(raw)
         self.train_env = env
         self.learner.build(env)
@@ -164,6 +181,9 @@ class DeepLender(Policy):
                   "train_seed": self.train_seed, "extra": self.extra_state()}
         (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2))
         write_evaluations(self, folder)
+        write_csv(folder / TRAINING_FILE, self.training_history)
+        if self.bisimulator is not None:
+            write_csv(folder / BISIM_FILE, self.bisimulator.history_rows())
         return folder
 
     def load(self, path: str | Path, scenario) -> None:
