@@ -488,6 +488,18 @@ def test_deep_lenders_save_their_training_curve_and_the_bisimulators_omega(cli, 
     assert rows["j_dyn"].notna().tolist() == [True, False, True]  # a dynamics phase every 2nd iteration
     final = json.loads((folder / "policy" / "config.json").read_text())["extra"]["omega"]
     np.testing.assert_allclose(rows[omega].iloc[2].to_numpy(), final)  # the last phase's omega is the model's
+    from abm.reports import figures
+    from abm.reports.run import render_run
+
+    spec = figures.training_curve(folder, "credit_score")
+    assert [panel.name for panel in spec.panels] == ["training_return", "training_recall", "training_approvals",
+                                                     "training_omega"]
+    assert [s.label for s in spec.panels[3].series] == omega and list(spec.panels[3].series[0].x) == [512, 1536]
+    assert (render_run(folder) / "training.png").stat().st_size > 5000
+    (folder / "policy" / "training.csv").write_bytes(b"\x00\xff" * 50)  # damaged: no curve, the report still renders
+    assert figures.training_curve(folder) is None
+    (folder / "report" / "training.png").unlink()
+    assert not (render_run(folder) / "training.png").exists() and (folder / "report" / "summary.md").is_file()
     # a model loaded instead of trained has no training of its own to show
     sc = load_scenario(LENDING, ["population.size=100", "episodes.count=1", "episodes.horizon=256",
                                  "policy.name=bisim_ppo", "policy.backend=lean", f"policy.model_path={folder / 'policy'}"])

@@ -554,6 +554,66 @@ def _rate_series(rates: pd.DataFrame, columns: list[tuple[str, str | None]], stu
     return [s for parts in series.values() for s in parts]
 
 
+# -- training ------------------------------------------------------------------------------------
+TRAINING_CAPTION = ("One training run: each point is a scenario episode a training world finished, in the order "
+                    "they ended (with K worlds, K episodes end at about the same time); omega: after each "
+                    "dynamics phase.")
+
+
+def _training_rows(path: Path) -> pd.DataFrame | None:
+    try:
+        rows = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError):  # absent, empty or damaged
+        return None
+    return rows if len(rows) else None
+
+
+def training_curve(folder: str | Path, family: str | None = None) -> Panels | None:
+    """What a deep lender's training did, from its run folder's ``policy/training.csv``: the return
+    and each group's recall and approvals per training episode; with ``policy/bisimulator.csv`` of
+    the full variant, omega over training decisions. None when the run kept no training curve."""
+    policy = Path(folder) / "policy"
+    rows = _training_rows(policy / "training.csv")
+    if rows is None:
+        return None
+    groups = groups_in(rows.columns)
+    style = Style([], [], list(groups))
+    x = np.arange(1, len(rows) + 1, dtype=float)
+    money = units(family)["money"]
+    panels = []
+    if "return" in rows.columns or "profit" in rows.columns:
+        col = "return" if "return" in rows.columns else "profit"
+        panels.append(FigureSpec("training_return", f"{col} per training episode", "training episodes finished",
+                                 f"{col} in the episode ({money})",
+                                 [Series(label=col, x=x, y=rows[col].to_numpy(float), color="#333333")],
+                                 caption=TRAINING_CAPTION))
+    for stem, title, ylabel in (("recall_", "recall per group", "recall tp / (tp + fn), cumulative in the episode"),
+                                ("approvals_", "approvals per group", "approvals in the episode")):
+        series = [Series(label=str(g), x=x, y=rows[f"{stem}{g}"].to_numpy(float), group=g,
+                         color=style.group_colour(g), marker=style.marker(g))
+                  for g in groups if f"{stem}{g}" in rows.columns]
+        if series:
+            panels.append(FigureSpec(f"training_{stem.rstrip('_')}", f"{title} over training",
+                                     "training episodes finished", ylabel, series, caption=TRAINING_CAPTION,
+                                     legend_title="group"))
+    bisim = _training_rows(policy / "bisimulator.csv")
+    if bisim is not None and "j_dyn" in bisim.columns:
+        phases = bisim[bisim["j_dyn"].notna()]
+        skip = {"iteration", "decisions", "j_rew_before", "j_rew_after", "j_dyn"}
+        omega = [c for c in phases.columns if c not in skip]
+        xs = phases["decisions"].to_numpy(float)
+        series = [Series(label=c, x=xs, y=phases[c].to_numpy(float), color=POLICY_COLOURS[k % len(POLICY_COLOURS)])
+                  for k, c in enumerate(omega)]
+        if series:
+            panels.append(FigureSpec("training_omega", "omega (the agent's observation dynamics)",
+                                     "training decisions", "omega", series, caption=TRAINING_CAPTION,
+                                     legend_title="field and group"))
+    if not panels:
+        return None
+    return Panels("training", "What training did (policy/training.csv)", panels, ncols=min(2, len(panels)),
+                  caption=TRAINING_CAPTION)
+
+
 # -- distributions over time --------------------------------------------------------------------
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 

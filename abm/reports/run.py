@@ -17,8 +17,9 @@ def _groups(episodes: pd.DataFrame) -> list[str]:
 
 
 def run_figures(run) -> list:
-    """A run's figure specs: one per metric over episodes (groups on one axis), the per-group rates
-    and, with an event log, each group's wealth (or score) distribution over episodes."""
+    """A run's figure specs: one per metric over episodes (groups on one axis), the per-group rates,
+    with an event log each group's wealth (or score) distribution over episodes, and for a deep
+    lender what its training did (``training.png``)."""
     from abm.reports import figures
 
     family = run.summary.get("family")
@@ -32,6 +33,9 @@ def run_figures(run) -> list:
     if dist is not None:
         dist.panels[0].title = "applicants of this run"
         specs.append(dist)
+    training = figures.training_curve(run.folder, family)  # a deep lender's policy/training.csv
+    if training is not None:
+        specs.append(training)
     return specs
 
 
