@@ -242,7 +242,11 @@ def _short(value: Any) -> str:
 
 
 def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
-    """Validate a raw mapping into the family's frozen scenario object (UserError on problems)."""
+    """Validate a raw mapping into the family's frozen scenario object (UserError on problems).
+    A top-level ``abm_version`` (a run folder's scenario.yaml records the version that wrote it:
+    provenance, not a setting) is left out."""
+    if "abm_version" in data:
+        data = {k: v for k, v in data.items() if k != "abm_version"}
     if "family" not in data:
         data = {**data, "family": "eutopia"}
     family = data.get("family")
@@ -261,8 +265,14 @@ def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (), **fields: Any):
-    """Read, override and validate a scenario file. ``fields`` are top-level shortcuts
-    (``policy``, ``episodes``, ``seed``) used by the CLI flags; ``None`` values are ignored."""
+    """Read, override and validate a scenario file, or a run folder's ``scenario.yaml`` (the fully
+    resolved scenario of that run, so ``abm run RUN_FOLDER`` computes the run again). ``fields``
+    are top-level shortcuts (``policy``, ``episodes``, ``seed``) used by the CLI flags; ``None``
+    values are ignored."""
+    if Path(path).is_dir():
+        if not (Path(path) / "scenario.yaml").is_file():
+            raise UserError(f"{path}: a folder without scenario.yaml: give a scenario file or a run folder")
+        path = Path(path) / "scenario.yaml"
     data = read_yaml(path)
     extra = []
     if fields.get("seed") is not None:

@@ -45,6 +45,23 @@ def test_run_inspect_report(cli, tmp_path):
     assert [p.name for p in tmp_path.iterdir() if ".stale-" in p.name] == [f"{folder.name}.stale-{summary['code_fingerprint']}"]
 
 
+def test_a_run_folder_runs_again_from_its_own_scenario_yaml(cli, tmp_path):
+    res = cli("run", "scenarios/eutopia.yaml", "--policy", "random", "--out", str(tmp_path / "a"), *SMALL)
+    assert res.returncode == 0, res.stderr
+    (folder,) = [p for p in (tmp_path / "a").iterdir() if p.is_dir()]
+    for source in (folder, folder / "scenario.yaml"):  # the folder, or its fully resolved scenario (abm_version kept)
+        out = tmp_path / f"again-{source.name}"
+        res = cli("run", str(source), "--out", str(out), "--quiet")
+        assert res.returncode == 0, res.stderr
+        (again,) = [p for p in out.iterdir() if p.is_dir()]
+        assert again.name == folder.name  # the same configuration: the same identity
+        for name in ("episodes.parquet", "events.parquet", "agents.parquet", "scenario.yaml"):
+            assert (again / name).read_bytes() == (folder / name).read_bytes(), name
+    (tmp_path / "empty").mkdir()
+    res = cli("run", str(tmp_path / "empty"))
+    assert res.returncode == 2 and "without scenario.yaml" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
 def test_bad_inputs_exit_2_one_line(cli, tmp_path):
     cases = [
         ("run", "scenarios/eutopia.yaml", "--policy", "nonexistent"),
