@@ -55,3 +55,46 @@ def test_a_folder_without_study_parquet_exits_with_one_line(tmp_path, where):
     done = stats(*args)
     assert done.returncode == 2
     assert done.stderr.strip() == f"{missing}: no study.parquet (render it with: abm report {missing})"
+
+
+# -- benchmarks/training_curve_blocks.py ---------------------------------------------------------
+CURVE = SCRIPT.parent / "training_curve_blocks.py"
+
+
+def curve_run(folder: Path, n: int = 100) -> Path:
+    """A run folder whose policy/training.csv has ``n`` episodes: G1 approved in the first half
+    (5 of 10 applications), nobody in the second; returns 1.0 then -1.0."""
+    rows = [{"world": 0, "gym_episode": 0, "episode": e, "return": 1.0 if e < n // 2 else -1.0,
+             "applications_G1": 10, "approvals_G1": 5 if e < n // 2 else 0, "applications_G2": 4, "approvals_G2": 4}
+            for e in range(n)]
+    (folder / "policy").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(folder / "policy" / "training.csv", index=False)
+    return folder
+
+
+def test_training_curve_blocks_split_by_share_of_training(tmp_path):
+    run = curve_run(tmp_path / "run")
+    done = subprocess.run([sys.executable, str(CURVE), str(run), "--edges", "0,0.5,0.75,1"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split() == ["block", "episodes", "return", "approve_G1", "approve_G2"]
+    assert lines[2].split() == ["0%-50%", "50", "1.000", "0.500", "1.000"]
+    assert lines[3].split() == ["50%-75%", "25", "-1.000", "0.000", "1.000"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--edges", "0,x"], "--edges: comma-separated numbers"),
+    (["--edges", "0.5,0.2"], "--edges: at least two increasing numbers"),
+    (["--edges", "1"], "--edges: at least two increasing numbers"),
+])
+def test_training_curve_blocks_refuse_bad_edges_in_one_line(tmp_path, args, message):
+    run = curve_run(tmp_path / "run")
+    done = subprocess.run([sys.executable, str(CURVE), str(run), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_training_curve_blocks_name_a_folder_without_a_curve(tmp_path):
+    done = subprocess.run([sys.executable, str(CURVE), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"{tmp_path / 'policy' / 'training.csv'}: no training curve to read (FileNotFoundError)"
