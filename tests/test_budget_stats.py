@@ -1,5 +1,7 @@
-"""benchmarks/seed002_budget_stats.py: Welch tests between methods of a study, with --pool joining
-another study's runs; a folder without study.parquet is refused in one line."""
+"""The seed-002 helper scripts of benchmarks/: seed002_budget_stats.py (Welch tests between methods
+of a study, --pool joining another study's runs), training_curve_blocks.py (a training curve in
+blocks) and bisim_cost_blocks.py (a full Bisimulator's CPU time per block); bad input is refused
+in one line."""
 
 import subprocess
 import sys
@@ -98,3 +100,27 @@ def test_training_curve_blocks_name_a_folder_without_a_curve(tmp_path):
     done = subprocess.run([sys.executable, str(CURVE), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == f"{tmp_path / 'policy' / 'training.csv'}: no training curve to read (FileNotFoundError)"
+
+
+# -- benchmarks/bisim_cost_blocks.py -------------------------------------------------------------
+COST = SCRIPT.parent / "bisim_cost_blocks.py"
+
+
+def test_bisim_cost_blocks_print_one_line_per_block():
+    done = subprocess.run([sys.executable, str(COST), "--decisions", "2048", "--block", "512", "--stop-after", "1024",
+                           "--set", "policy.dynamics_iterations=2", "--set", "population.size=200"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(" decisions:")[0].strip() for line in lines] == ["512", "1024"]  # stopped after 1,024
+    assert all("CPU-s, gradient steps" in line and "distinct observations" in line for line in lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--block", "0"], "--block: must be a positive whole number, got 0"),
+    (["--stop-after", "-5"], "--stop-after: must be a positive whole number, got -5"),
+    (["--set", "policy.dynamics_iterations=0"], "error: "),
+])
+def test_bisim_cost_blocks_refuse_bad_values_in_one_line(args, message):
+    done = subprocess.run([sys.executable, str(COST), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
