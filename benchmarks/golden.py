@@ -137,7 +137,7 @@ def main() -> None:
             # runs.csv and run_times.csv hold wall and CPU times, the report's Time section sums
             # them, the manifest names the study file's absolute path: all differ by design
             digest = {k: v for k, v in digest.items() if not k.endswith((".lock", "runs.csv", "run_times.csv"))}
-            comparison = (study / "report" / "comparison.md").read_text().split("## Time")[0]
+            comparison = (study / "report" / "comparison.md").read_text().split("## Time")[0].rstrip()
             digest["report/comparison.md"] = sha(comparison.encode())
             manifest = json.loads((study / "manifest.json").read_text())
             manifest.pop("source", None)
