@@ -324,7 +324,7 @@ def test_a_failed_run_is_timed_but_not_counted_in_the_report(tmp_path):
     assert sorted(times["status"]) == ["failed", "ok"]
     status = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("run_id")
     assert status[status["status"] == "failed"]["wall_s"].isna().all()
-    assert "1 runs," in (render(tmp_path / "out") / "comparison.md").read_text()
+    assert "1 run, " in (render(tmp_path / "out") / "comparison.md").read_text()
 
 
 def test_study_table_summary_and_report(serial_study):

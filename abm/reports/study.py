@@ -134,9 +134,9 @@ def time_section(folder: Path, manifest: dict, grid_keys: list[str]) -> list[str
     untimed = len(manifest["runs"]) - len(times)
     return ["## Time", "",
             f"Each finished run's latest computation as its worker measured it (`run_times.csv`): "
-            f"{len(times)} runs, {_secs(times['cpu_s'].sum())} CPU-s ({times['cpu_s'].sum() / 3600:.2f} h) and "
+            f"{len(times)} run{'s' * (len(times) != 1)}, {_secs(times['cpu_s'].sum())} CPU-s ({times['cpu_s'].sum() / 3600:.2f} h) and "
             f"{_secs(times['wall_s'].sum())} s of run wall time in all"
-            + (f"; {untimed} runs of the study have no time (not finished, or computed before times were kept)"
+            + (f"; {untimed} run{'s' * (untimed != 1)} of the study {'have' if untimed != 1 else 'has'} no time (not finished, or computed before times were kept)"
                if untimed else "") + ".", "", to_markdown(pd.DataFrame(rows)), ""]
 
 
