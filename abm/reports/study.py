@@ -33,7 +33,7 @@ import pandas as pd
 from abm.errors import UserError
 from abm.reports import figures
 from abm.reports.run import to_markdown
-from abm.study.aggregate import config_label, load_summary, read_manifest, read_run_times
+from abm.study.aggregate import config_label, latest_run_times, load_summary, read_manifest
 
 # metrics shown in the comparison tables and plots, when a family provides them
 KEY_METRICS = ("wealth_gap", "inequality_ratio", "cumulative_profit", "mean_wealth_{g}", "reach_{g}",
@@ -117,8 +117,7 @@ def render_study(folder: str | Path, papers: Iterable[PaperReport] = (), fairnes
 def time_section(folder: Path, manifest: dict, grid_keys: list[str]) -> list[str]:
     """The "Time" section of comparison.md: per configuration, the wall and CPU seconds of its runs'
     latest computations (``run_times.csv``), and the study's total; nothing when it kept no times."""
-    times = read_run_times(folder)
-    times = times[times["status"] == "ok"].drop_duplicates("run_id", keep="last")
+    times = latest_run_times(folder).reset_index()
     labels = {spec["run_id"]: config_label(spec["columns"], grid_keys) for spec in manifest["runs"]}
     times = times[times["run_id"].isin(labels)]
     if times.empty:

@@ -125,6 +125,12 @@ def read_run_times(folder: str | Path) -> pd.DataFrame:
     return frame[good].reset_index(drop=True)
 
 
+def latest_run_times(folder: str | Path) -> pd.DataFrame:
+    """The latest successful computation of each run in ``run_times.csv``, indexed by run id."""
+    times = read_run_times(folder)
+    return times[times["status"] == "ok"].drop_duplicates("run_id", keep="last").set_index("run_id")
+
+
 def _write_status(folder: Path, manifest: dict, grid_keys: list[str], corrupt: dict[str, str] | None = None) -> None:
     """``runs.csv``: every run of the study with its status (ok / stale: finished by other code /
     corrupt: finished, but a file is damaged (left out of the tables; the next ``abm study`` sets
@@ -134,8 +140,7 @@ def _write_status(folder: Path, manifest: dict, grid_keys: list[str], corrupt: d
     empty for runs computed before the study kept times)."""
     rows = []
     corrupt = corrupt or {}
-    times = read_run_times(folder)
-    last = times[times["status"] == "ok"].drop_duplicates("run_id", keep="last").set_index("run_id")
+    last = latest_run_times(folder)
     for spec in manifest["runs"]:
         run_id = spec["run_id"]
         record = folder / "failed" / f"{run_id}.json"
