@@ -148,9 +148,8 @@ class Run:
     def scenario(self):
         """The resolved scenario object (from a folder: its scenario.yaml, validated again)."""
         if self._scenario is None:
-            data = dict(self.config)
-            data.pop("abm_version", None)
-            self._scenario = validate_scenario_dict(data, str(self.folder / "scenario.yaml"))
+            # validate_scenario_dict leaves out the recorded abm_version
+            self._scenario = validate_scenario_dict(self.config, str(self.folder / "scenario.yaml"))
         return self._scenario
 
     @cached_property
