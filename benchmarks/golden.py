@@ -58,6 +58,22 @@ for p in ("ppo", "dqn", "lag_ppo", "a_ppo", "elbert_po", "bisim_ppo", "bisim_dqn
     CASES[f"credit-{p}"] = ("lending-credit.yaml", CREDIT + [f"policy.name={p}"] + DEEP)
 CASES["admissions-ppo"] = ("admissions.yaml", ADM + ["policy.name=ppo"] + DEEP)
 CASES["admissions-bisim"] = ("admissions.yaml", ADM + ["policy.name=bisim_ppo"] + DEEP)
+# the deep lenders as they train at full budget, in small: lean learners on several worlds, the
+# Bisimulator's outer iterations with dynamics phases (probes from the live world, T_psi fits)
+LEAN = ["policy.backend=lean"]
+PHASE = ["policy.outer_steps=256", "policy.dynamics_every=2", "policy.dynamics_iterations=4",
+         "policy.dynamics_rollout=64", "policy.probe_envs=3"]
+CASES["credit-ppo-lean"] = ("lending-credit.yaml", CREDIT + ["policy.name=ppo", "policy.total_timesteps=2048",
+                                                             "policy.n_envs=4"] + LEAN)
+CASES["consc-dqn-lean"] = ("lending-conscientiousness.yaml", CREDIT + ["policy.name=dqn", "policy.total_timesteps=1500",
+                                                                       "policy.learning_starts=200"] + LEAN)
+CASES["credit-elbert-lean"] = ("lending-credit.yaml", CREDIT + ["policy.name=elbert_po", "policy.total_timesteps=1024"] + LEAN)
+for fam, (file, base) in {"credit": ("lending-credit.yaml", CREDIT), "ten": ("lending-10-groups.yaml", CREDIT),
+                          "admissions": ("admissions.yaml", ADM)}.items():
+    CASES[f"{fam}-bisim-phase"] = (file, base + ["policy.name=bisim_ppo", "policy.total_timesteps=1024",
+                                                 "policy.reward_target=policy"] + LEAN + PHASE)
+CASES["credit-bisim_dqn-phase"] = ("lending-credit.yaml", CREDIT + ["policy.name=bisim_dqn", "policy.total_timesteps=1024",
+                                                                    "policy.learning_starts=200"] + LEAN + PHASE)
 for p in ("fair_lp", "fair_cce", "optimistic", "conservative", "race_blind", "unconstrained",
           "explore_then_commit"):
     CASES[f"beta-{p}"] = ("beta-belief-loans.yaml", BETA + [f"policy.name={p}"])
