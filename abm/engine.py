@@ -202,16 +202,17 @@ class Simulation(mesa.Model):
         """Decide every queued application (a generator: yields only in external mode)."""
         if self._collect_arrivals is not None:
             self._collect_arrivals()
-        if not self.bank.queue:
+        queue = self.bank.queue
+        if not queue:
             return
-        idx = np.asarray(self.bank.queue, dtype=np.int64)
-        self.bank.queue.clear()
+        if self.external and len(queue) == 1:  # review: immediate, one decision per request
+            yield from self._decide_one(queue.pop())
+            return
+        idx = np.asarray(queue, dtype=np.int64)
+        queue.clear()
         w = self.world
         obs = w.observe(idx)
         groups = w.cols["group"][idx]
-        if self.external and len(idx) == 1:  # review: immediate, one decision per request
-            yield from self._decide_one(idx, groups, obs)
-            return
         if self.external:
             actions = np.empty(len(idx))
             for k, i in enumerate(idx):
@@ -231,10 +232,16 @@ class Simulation(mesa.Model):
             approved = self.rngs["decisions"].random(len(idx)) < probs
         self._commit(idx, groups, obs, info, probs, approved)
 
-    def _decide_one(self, idx: np.ndarray, groups: np.ndarray, obs: np.ndarray):
-        """External mode, one applicant: the external branch of ``review`` with Python scalars
-        instead of per-batch arrays (same decision, log, policy calls and world update)."""
-        req = DecisionRequest(int(idx[0]), int(groups[0]), obs[0], self.env.event())
+    def _decide_one(self, i: int):
+        """External mode, one applicant ``i``: the external branch of ``review`` with Python
+        scalars instead of per-batch arrays (same decision, log, policy calls and world update;
+        the group array only where the log or a policy reads it)."""
+        w, i = self.world, int(i)
+        idx = np.array((i,), dtype=np.int64)
+        obs = w.observe(idx)
+        group = w.cols["group"].item(i)
+        groups = w.cols["group"][idx] if self.log.enabled or self.policy is not None else None
+        req = DecisionRequest(i, group, obs[0], self.env.event())
         self.pending = req
         ready, self.requests_ready = self.requests_ready, self.env.event()
         ready.succeed(req)

@@ -14,7 +14,8 @@ rewards and true outcomes come from the family's world through these seams (``ab
   of the decision just taken when decisions resolve at once (``review: immediate``). With
   batch review the outcomes of a whole batch resolve when its last decision is answered, and
   their reward is returned on that step;
-* ``TrueOutcomes.true_outcome(idx)`` (optional, else ``not cols["default"]``): whether each applicant
+* ``TrueOutcomes.true_outcome(idx)`` (optional, else ``not cols["default"]``; ``true_outcome_one(i)``,
+  where a world has it, is its scalar form for one applicant): whether each applicant
   would repay / succeed if approved, for recall-type metrics (it goes to ``info``, never to
   the observation).
 
@@ -71,12 +72,16 @@ def _reward_reader(world) -> Callable[[], float]:
     return lambda: float(world.profit_total)
 
 
-def _outcome_reader(world) -> Callable[[np.ndarray], np.ndarray]:
-    """Whether each applicant in ``idx`` would repay/succeed if approved (privileged)."""
+def _outcome_reader(world) -> Callable[[int], bool]:
+    """Whether applicant ``i`` would repay/succeed if approved (privileged): the world's
+    ``true_outcome_one(i)`` where it has that scalar form, else ``true_outcome`` of one row."""
     if isinstance(world, TrueOutcomes):
-        return lambda idx: np.asarray(world.true_outcome(idx), dtype=bool)
+        one = getattr(world, "true_outcome_one", None)
+        if one is not None:
+            return one
+        return lambda i: bool(np.asarray(world.true_outcome(np.array([i])), dtype=bool)[0])
     if "default" in world.cols:
-        return lambda idx: ~np.asarray(world.cols["default"][idx], dtype=bool)
+        return lambda i: not bool(world.cols["default"][i])
     raise InvariantError(f"family {type(world).__module__!r} exposes no true outcome for the gym adapter")
 
 
@@ -147,10 +152,8 @@ class AbmEnv(gymnasium.Env):
                 self._keep_rows()
             if ready.triggered:
                 req = self._req = ready.value
-                one = self._one
-                one[0] = req.agent_id
-                self._pending = (int(req.agent_id), int(req.group), bool(self._outcome(one)[0]),
-                                 self._obs(req.obs))
+                agent_id = int(req.agent_id)
+                self._pending = (agent_id, int(req.group), bool(self._outcome(agent_id)), self._obs(req.obs))
                 return True
             if len(sim.episode_rows) - self._start_episode >= self.sim_episodes:
                 self._req = self._pending = None

@@ -185,7 +185,7 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
         observing the decided applicant again; ``World.observe`` is a read, so nothing the
         simulation draws changes), wrapped ones through their ``step``."""
         K, d = self.num_envs, self._dim
-        if not np.all((actions == 0) | (actions == 1)):
+        if not ((actions == 0) | (actions == 1)).all():  # np.all's answer without its wrapper
             raise gymnasium.error.InvalidAction(f"actions must be 0 (reject) or 1 (approve), got {actions!r}")
         obs_out = np.empty((K, d), np.float32)
         rewards = np.empty(K, np.float64)

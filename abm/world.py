@@ -138,7 +138,9 @@ class ObservationBounds(Protocol):
 @runtime_checkable
 class TrueOutcomes(Protocol):
     """Whether each applicant would repay / succeed if approved (privileged; recall-type metrics).
-    Without it the gym adapter reads ``not cols["default"]``."""
+    Without it the gym adapter reads ``not cols["default"]``. A world may add the scalar form
+    ``true_outcome_one(i) -> bool`` (the same value for one applicant), which the gym adapter
+    reads once per decision instead."""
 
     def true_outcome(self, idx: np.ndarray) -> np.ndarray: ...
 

@@ -372,7 +372,7 @@ def test_admissions_scalar_decision_path_matches_the_batch_path():
     plan = decide.random(3000) < 0.4
     for w in worlds:
         arrivals, outcomes = np.random.default_rng(7), np.random.default_rng(8)
-        w.outcome_rng = outcomes
+        w._outcome_draw = outcomes.random  # the outcome stream _prepare reads (bound at start)
         for approve in plan:
             i = w._pick(arrivals)
             if i is None:
@@ -393,3 +393,58 @@ def test_admissions_scalar_decision_path_matches_the_batch_path():
     assert a.model.log.count == b.model.log.count
     assert a.last_idx.tolist() == b.last_idx.tolist() and a.last_rewards.tolist() == b.last_rewards.tolist()
     assert np.array_equal(a.observe(np.array([3])), b.observe(np.array([3, 4]))[:1])
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 1000, 10_000, 2**31 - 1, 2**32, 2**32 + 5, 10**12])
+def test_block_draws_are_the_scalar_draws(n):
+    """``steps.BlockDraws`` rests on numpy giving the same numbers, and leaving the generator in
+    the same state, whether B values are drawn at once or one by one: checked here on the
+    installed numpy for bounded integers (the applicant picks) and uniforms (the outcomes)."""
+    from abm.families.steps import BLOCK, BlockDraws
+
+    for kind in ("integers", "random"):
+        one, block = np.random.default_rng(11), np.random.default_rng(11)
+        if kind == "integers":
+            expected = [int(one.integers(n)) for _ in range(3 * BLOCK + 5)]
+            stream = BlockDraws(lambda size: block.integers(n, size=size))
+        else:
+            expected = [one.random() for _ in range(3 * BLOCK + 5)]
+            stream = BlockDraws(block.random)
+        got = [stream.next() for _ in range(3 * BLOCK + 5)]
+        assert got == expected and all(type(x) is type(y) for x, y in zip(got, expected))
+        for _ in range(BLOCK - 5):  # the rest of the last block: both generators at one state
+            one.integers(n) if kind == "integers" else one.random()
+        assert one.bit_generator.state == block.bit_generator.state
+
+
+@pytest.mark.parametrize("sets, blocks", [((), True), (("arrivals.process=poisson",), False),
+                                          (("dynamics.model=mass_shift",), False)])
+def test_lending_draws_in_blocks_only_where_nothing_else_draws(sets, blocks):
+    """The applicant and outcome streams come in blocks only while nothing else draws from them
+    between two applicants (Poisson gaps and the mass-shift hook use the arrival stream), and the
+    block path gives the trajectory of the scalar one: the same world, forced onto scalar draws,
+    ends with every column equal."""
+    from abm.families.score_lending import ScoreLendingWorld
+    from abm.families.steps import BlockDraws
+
+    def run(force_scalar: bool):
+        sc = load_scenario(SCENARIOS / "lending-credit.yaml", ["seed=5", "population.size=300",
+                                                               "episodes.count=2", "episodes.horizon=400", *sets],
+                           policy="max_util")
+        if force_scalar:
+            original = ScoreLendingWorld._draws_in_blocks
+            ScoreLendingWorld._draws_in_blocks = lambda self: False
+        try:
+            sim = simulation(sc)
+            used = isinstance(getattr(sim.world._outcome_draw, "__self__", None), BlockDraws)
+            sim.run()
+        finally:
+            if force_scalar:
+                ScoreLendingWorld._draws_in_blocks = original
+        return sim.world, used
+
+    (blocked, used), (scalar, _) = run(False), run(True)
+    assert used == blocks
+    for key in blocked.cols:
+        assert np.array_equal(blocked.cols[key], scalar.cols[key], equal_nan=True), key
+    assert blocked.profit_total == scalar.profit_total

@@ -205,6 +205,10 @@ class World(steps.LastDecisions):
 
     # -- arrivals -----------------------------------------------------------------------------
     def start(self) -> None:
+        # the outcome stream feeds ``_prepare`` alone: its draws come in blocks (``steps.BlockDraws``,
+        # the same numbers) unless a subclass prepares applicants its own way
+        self._outcome_draw = steps.BlockDraws(self.outcome_rng.random).next \
+            if type(self)._prepare is World._prepare else self.outcome_rng.random
         self.env.process(steps.unit_step_arrivals(self, self._pick, self._prepare))
 
     def _pick(self, rng) -> int | None:
@@ -229,7 +233,7 @@ class World(steps.LastDecisions):
                 self.ep["manipulations"][g] += 1
                 self.model.log.add(self.env.now, self.model.episode, i, g, MANIPULATE, cost,
                                    float(c["budget"][i]))
-        c["outcome"][i] = self.outcome_rng.random() < self.p_table.item(int(c["score"].item(i)) - 1)
+        c["outcome"][i] = self._outcome_draw() < self.p_table.item(int(c["score"].item(i)) - 1)
         c["applications"][i] += 1
         self.cum["applications"][g] += 1
         self.ep["applications"][g] += 1
@@ -271,6 +275,10 @@ class World(steps.LastDecisions):
 
     def true_outcome(self, idx):
         return self.cols["outcome"][idx]
+
+    def true_outcome_one(self, i: int) -> bool:
+        """``true_outcome`` of one applicant (the gym adapter's hot path)."""
+        return bool(self.cols["outcome"].item(i))
 
     def amount(self, idx):
         return self.cols["observed_score"][idx]

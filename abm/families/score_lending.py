@@ -153,10 +153,25 @@ class ScoreLendingWorld(steps.LastDecisions, ABC):
 
     # -- set-up -----------------------------------------------------------------------------
     def start(self) -> None:
-        self.env.process(steps.unit_step_arrivals(self, self._pick, self._prepare))
+        pick, self._outcome_draw = self._pick, self.outcome_rng.random
+        if self._draws_in_blocks():
+            n, rng = len(self.cols["group"]), self.arrival_rng
+            picks = steps.BlockDraws(lambda size: rng.integers(n, size=size))
+            pick = lambda _rng: picks.next()  # noqa: E731  (``_pick`` from the block)
+            self._outcome_draw = steps.BlockDraws(self.outcome_rng.random).next
+        self.env.process(steps.unit_step_arrivals(self, pick, self._prepare))
 
     def _pick(self, rng) -> int:
         return int(rng.integers(len(self.cols["group"])))
+
+    def _draws_in_blocks(self) -> bool:
+        """Whether the arrival stream feeds ``_pick`` alone and the outcome stream ``_prepare``
+        alone: then both are drawn in blocks (``steps.BlockDraws``: the same numbers). Not when
+        anything else draws from them between two applicants: Poisson gaps, a family's arrival
+        hook, a subclass's own ``_pick`` or ``_prepare``."""
+        cls = type(self)
+        return (not self.hooks and self.model.scenario.arrivals.process != "poisson"
+                and cls._pick is ScoreLendingWorld._pick and cls._prepare is ScoreLendingWorld._prepare)
 
     def _prepare(self, i: int, rng) -> None:
         c = self.cols
@@ -164,7 +179,7 @@ class ScoreLendingWorld(steps.LastDecisions, ABC):
             self._on_arrival(i, rng)
         p = self.repay_prob_one(i)  # scored at arrival: the bank decides on this draw
         c["p_repay"][i] = p
-        c["outcome"][i] = self.outcome_rng.random() < p  # drawn for everyone: recall needs it
+        c["outcome"][i] = self._outcome_draw() < p  # drawn for everyone: recall needs it
         c["applications"][i] += 1
         g = c["group"].item(i)
         self.cum["applications"][g] += 1
@@ -219,6 +234,10 @@ class ScoreLendingWorld(steps.LastDecisions, ABC):
     def true_outcome(self, idx) -> np.ndarray:
         """Whether each applicant would repay if approved (the current application's draw)."""
         return self.cols["outcome"][idx]
+
+    def true_outcome_one(self, i: int) -> bool:
+        """``true_outcome`` of one applicant (the gym adapter's hot path)."""
+        return bool(self.cols["outcome"].item(i))
 
     def amount(self, idx):
         return 1.0 if np.ndim(idx) == 0 else np.ones(len(idx))  # every loan is one unit (seed 002, Liu et al.)
@@ -281,19 +300,22 @@ class ScoreLendingWorld(steps.LastDecisions, ABC):
         self._last = (i, reward)
         self.profit_total += reward
         self.model.bank.profit = self.profit_total
-        for store in (cum, ep):
-            store["reward"][g] += reward
-            if good:
-                store["tp" if approved else "fn"][g] += 1
+        cum["reward"][g] += reward  # the per-group counters of both stores (loops unrolled)
+        ep["reward"][g] += reward
+        if good:
+            key = "tp" if approved else "fn"
+            cum[key][g] += 1
+            ep[key][g] += 1
         if not approved:
             return
         lo, hi = self.score_range
         c["loans"][i] += 1
         key = "repayments" if good else "defaults"
         c[key][i] += 1
-        for store in (cum, ep):
-            store["approvals"][g] += 1
-            store[key][g] += 1
+        cum["approvals"][g] += 1
+        ep["approvals"][g] += 1
+        cum[key][g] += 1
+        ep[key][g] += 1
         before = c["score"].item(i)
         c["score"][i] = min(hi, max(lo, before + (self.change_repay if good else self.change_default)))
         c["observed_score"][i] = min(hi, max(lo, c["observed_score"].item(i) +
