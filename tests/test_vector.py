@@ -213,6 +213,28 @@ def test_lean_ppo_shortcuts_are_numpys_own_results_bit_for_bit():
     assert np.array_equal(net.grad, grad)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.3, 1.0])
+def test_lean_dqn_one_world_actions_are_the_batch_rules(eps):
+    """With one world, epsilon-greedy draws its two numbers as scalars (the hot path): the
+    actions, and the generator's state after each, are those of the batch rule
+    ``where(random(n) < eps, integers(0, 2, n), greedy)``."""
+    from policies.deep.dqn import DQNParams
+    from policies.deep.lean_dqn import LeanDQNLearner, forward
+
+    learner = LeanDQNLearner(DQNParams(), seed=3)
+    learner.model = learner.make_model(4)
+    learner.epsilon = eps
+    obs = np.random.default_rng(0).random((200, 1, 4)).astype(np.float32)
+    mine, ref = np.random.default_rng(9), np.random.default_rng(9)
+    for row in obs:
+        got = learner.act(row, False, mine)
+        q = forward(learner.model, row)[1]
+        greedy = (q[:, 1] > q[:, 0]).astype(np.int64)
+        want = np.where(ref.random(1) < eps, ref.integers(0, 2, 1), greedy)
+        assert got.tolist() == want.tolist() and got.dtype == want.dtype
+        assert mine.bit_generator.state == ref.bit_generator.state
+
+
 def test_lean_dqn_gradient_is_torch_autograds_of_sb3s_loss():
     import torch
 

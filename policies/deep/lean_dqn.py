@@ -241,6 +241,10 @@ class LeanDQNLearner(LeanLearner):
         if deterministic:
             return greedy
         n = len(obs)
+        if n == 1:  # one world: the same two draws as scalars (``integers(0, 2, 1)`` alone costs ~14 us, the scalar ~4)
+            explore = rng.random() < self.epsilon
+            coin = rng.integers(0, 2)
+            return np.array([coin], np.int64) if explore else greedy
         return np.where(rng.random(n) < self.epsilon, rng.integers(0, 2, n), greedy)
 
     def approve_prob(self, obs: np.ndarray) -> np.ndarray:
@@ -291,8 +295,8 @@ class LeanDQNLearner(LeanLearner):
         while self._num_timesteps < total_timesteps:
             # -- act: uniformly at random while warming up, then epsilon-greedy per world -------
             self.epsilon = self.epsilon_at(total_timesteps)
-            if self._num_timesteps < cfg.learning_starts:
-                actions = rng.integers(0, 2, K)
+            if self._num_timesteps < cfg.learning_starts:  # (one world: the scalar draw, the same number)
+                actions = rng.integers(0, 2, K) if K > 1 else np.array([rng.integers(0, 2)], np.int64)
             else:
                 actions = self.act(obs, False, rng)
             next_obs, rewards, terminated, truncated, infos = envs.step(actions)
