@@ -76,9 +76,10 @@ def _outcome_reader(world) -> Callable[[int], bool]:
     """Whether applicant ``i`` would repay/succeed if approved (privileged): the world's
     ``true_outcome_one(i)`` where it has that scalar form, else ``true_outcome`` of one row."""
     if isinstance(world, TrueOutcomes):
-        one = getattr(world, "true_outcome_one", None)
-        if one is not None:
-            return one
+        owners = {name: next((k for k in type(world).__mro__ if name in vars(k)), None)
+                  for name in ("true_outcome", "true_outcome_one")}
+        if owners["true_outcome_one"] is not None and owners["true_outcome_one"] is owners["true_outcome"]:
+            return world.true_outcome_one  # (not where a subclass redefined true_outcome alone)
         return lambda i: bool(np.asarray(world.true_outcome(np.array([i])), dtype=bool)[0])
     if "default" in world.cols:
         return lambda i: not bool(world.cols["default"][i])

@@ -162,3 +162,25 @@ def test_trajectories_match_the_adapter_before_its_speed_up(path, steps, seed, o
     # digests recorded with the adapter and engine of commit e6c32d5 (before the hot-path work
     # of benchmarks/RESULTS.md): the faster step loop must replay the same trajectories
     assert trajectory_digest(SCENARIOS / path, steps, seed, *overrides, sim_episodes=sim_episodes) == digest
+
+
+def test_true_outcome_reader_takes_the_scalar_seam_only_beside_its_own_array_form():
+    """The adapter reads ``true_outcome_one(i)`` where the class that defines it also defines
+    ``true_outcome`` (the lending worlds: the same value as the array form, for every
+    applicant); a subclass that redefines ``true_outcome`` alone is read through it."""
+    from abm.gym import _outcome_reader
+
+    env = make_env(SCENARIOS / "lending-credit.yaml", "population.size=300")
+    world = env.sim.world
+    world.cols["outcome"][:] = np.random.default_rng(2).random(300) < 0.5
+    read = _outcome_reader(world)
+    assert read == world.true_outcome_one
+    assert [read(i) for i in range(300)] == world.true_outcome(np.arange(300)).tolist()
+
+    class Flipped(type(world)):
+        def true_outcome(self, idx):
+            return ~self.cols["outcome"][idx]
+
+    world.__class__ = Flipped
+    read = _outcome_reader(world)
+    assert [read(i) for i in range(300)] == (~world.cols["outcome"]).tolist()
