@@ -14,7 +14,7 @@ rewards and true outcomes come from the family's world through these seams (``ab
   of the decision just taken when decisions resolve at once (``review: immediate``). With
   batch review the outcomes of a whole batch resolve when its last decision is answered, and
   their reward is returned on that step;
-* ``TrueOutcomes.true_outcome(idx)`` (optional, else ``not cols["default"]``; ``true_outcome_one(i)``,
+* ``TrueOutcomes.true_outcome(idx)`` (optional, else ``not cols["default"]``; ``TrueOutcomeOne``,
   where a world has it, is its scalar form for one applicant): whether each applicant
   would repay / succeed if approved, for recall-type metrics (it goes to ``info``, never to
   the observation).
@@ -47,7 +47,7 @@ from gymnasium import spaces
 from abm.build import simulation
 from abm.config import MAX_SEED, load_scenario
 from abm.errors import InvariantError, UserError
-from abm.world import BankReward, ObservationBounds, TrueOutcomes
+from abm.world import BankReward, ObservationBounds, TrueOutcomeOne, TrueOutcomes
 
 APPROVE, REJECT = 1, 0
 
@@ -72,13 +72,17 @@ def _reward_reader(world) -> Callable[[], float]:
     return lambda: float(world.profit_total)
 
 
+def _defined_in(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s MRO whose body defines ``name``."""
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+
 def _outcome_reader(world) -> Callable[[int], bool]:
     """Whether applicant ``i`` would repay/succeed if approved (privileged): the world's
     ``true_outcome_one(i)`` where it has that scalar form, else ``true_outcome`` of one row."""
     if isinstance(world, TrueOutcomes):
-        owners = {name: next((k for k in type(world).__mro__ if name in vars(k)), None)
-                  for name in ("true_outcome", "true_outcome_one")}
-        if owners["true_outcome_one"] is not None and owners["true_outcome_one"] is owners["true_outcome"]:
+        if isinstance(world, TrueOutcomeOne) and \
+                _defined_in(type(world), "true_outcome_one") is _defined_in(type(world), "true_outcome"):
             return world.true_outcome_one  # (not where a subclass redefined true_outcome alone)
         return lambda i: bool(np.asarray(world.true_outcome(np.array([i])), dtype=bool)[0])
     if "default" in world.cols:

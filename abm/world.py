@@ -138,11 +138,17 @@ class ObservationBounds(Protocol):
 @runtime_checkable
 class TrueOutcomes(Protocol):
     """Whether each applicant would repay / succeed if approved (privileged; recall-type metrics).
-    Without it the gym adapter reads ``not cols["default"]``. A world may add the scalar form
-    ``true_outcome_one(i) -> bool`` (the same value for one applicant), which the gym adapter
-    reads once per decision instead."""
+    Without it the gym adapter reads ``not cols["default"]``."""
 
     def true_outcome(self, idx: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class TrueOutcomeOne(Protocol):
+    """``true_outcome`` of one applicant as a Python bool (the same value): the gym adapter reads
+    it once per decision, where the class that defines it also defines ``true_outcome``."""
+
+    def true_outcome_one(self, i: int) -> bool: ...
 
 
 @runtime_checkable
