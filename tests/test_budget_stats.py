@@ -124,3 +124,31 @@ def test_bisim_cost_blocks_print_one_line_per_block():
 def test_bisim_cost_blocks_refuse_bad_values_in_one_line(args, message):
     done = subprocess.run([sys.executable, str(COST), *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
+
+
+# -- benchmarks/engine_decision_cost.py ---------------------------------------------------------
+ENGINE = SCRIPT.parent / "engine_decision_cost.py"
+
+
+def test_engine_decision_cost_prints_one_json_line():
+    done = subprocess.run([sys.executable, str(ENGINE), "--scenarios", "lending-credit,admissions", "--worlds", "4",
+                           "--decisions", "200", "--repeats", "1", "--resets", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    import json
+    out = json.loads(done.stdout)
+    assert set(out) == {"lending-credit_decision_us", "admissions_decision_us", "lending-credit_reset_ms"}
+    assert all(value > 0 for value in out.values())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--worlds", "0"], "error: argument --worlds: must be at least 1, got 0"),
+    (["--worlds", "300"], "--worlds: must be a whole number from 1 to 256, got 300"),
+    (["--decisions", "many"], "error: argument --decisions: a whole number is needed, got 'many'"),
+    (["--scenarios", "no-such"], "--scenarios: no scenario file "),
+    (["--scenarios", ","], "--scenarios: no scenario file (none given)"),
+])
+def test_engine_decision_cost_refuses_bad_values_in_one_line(args, message):
+    done = subprocess.run([sys.executable, str(ENGINE), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1, \
+        done.stderr
