@@ -130,7 +130,7 @@ def generate(pop: AdmissionsPopulation, rng: np.random.Generator) -> pd.DataFram
     })
 
 
-class World(steps.LastDecisions):
+class World(steps.DrawnOutcomes, steps.LastDecisions):
     """Admissions state and seams (see ``abm.families``)."""
 
     obs_fields = OBS_FIELDS
@@ -207,8 +207,7 @@ class World(steps.LastDecisions):
     def start(self) -> None:
         # the outcome stream feeds ``_prepare`` alone: its draws come in blocks (``steps.BlockDraws``,
         # the same numbers) unless a subclass prepares applicants its own way
-        self._outcome_draw = steps.BlockDraws(self.outcome_rng.random).next \
-            if type(self)._prepare is World._prepare else self.outcome_rng.random
+        self._outcome_draw = self.outcome_draws(type(self)._prepare is World._prepare)
         self.env.process(steps.unit_step_arrivals(self, self._pick, self._prepare))
 
     def _pick(self, rng) -> int | None:
@@ -272,13 +271,6 @@ class World(steps.LastDecisions):
             elif name in ("score", "budget"):
                 out[name] = self.cols[name][idx]
         return out
-
-    def true_outcome(self, idx):
-        return self.cols["outcome"][idx]
-
-    def true_outcome_one(self, i: int) -> bool:
-        """``true_outcome`` of one applicant (the gym adapter's hot path)."""
-        return bool(self.cols["outcome"].item(i))
 
     def amount(self, idx):
         return self.cols["observed_score"][idx]

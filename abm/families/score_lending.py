@@ -64,7 +64,7 @@ def check_observation_lengths(obs: ObservationDynamics, n_groups: int) -> None:
             raise ValueError(f"observation.{name} needs one value per group ({n_groups}), got {len(value)}")
 
 
-class ScoreLendingWorld(steps.LastDecisions, ABC):
+class ScoreLendingWorld(steps.DrawnOutcomes, steps.LastDecisions, ABC):
     """State and seams (see ``abm.families``) of a one-applicant-per-step score-lending family.
 
     Subclasses set ``family``, ``score_range`` and ``integer_scores`` and implement
@@ -153,12 +153,12 @@ class ScoreLendingWorld(steps.LastDecisions, ABC):
 
     # -- set-up -----------------------------------------------------------------------------
     def start(self) -> None:
-        pick, self._outcome_draw = self._pick, self.outcome_rng.random
-        if self._draws_in_blocks():
+        blocks = self._draws_in_blocks()
+        pick, self._outcome_draw = self._pick, self.outcome_draws(blocks)
+        if blocks:
             n, rng = len(self.cols["group"]), self.arrival_rng
             picks = steps.BlockDraws(lambda size: rng.integers(n, size=size))
             pick = lambda _rng: picks.next()  # noqa: E731  (``_pick`` from the block)
-            self._outcome_draw = steps.BlockDraws(self.outcome_rng.random).next
         self.env.process(steps.unit_step_arrivals(self, pick, self._prepare))
 
     def _pick(self, rng) -> int:
@@ -230,14 +230,6 @@ class ScoreLendingWorld(steps.LastDecisions, ABC):
             elif name in ("p_repay", "score"):
                 out[name] = self.cols[name][idx]
         return out
-
-    def true_outcome(self, idx) -> np.ndarray:
-        """Whether each applicant would repay if approved (the current application's draw)."""
-        return self.cols["outcome"][idx]
-
-    def true_outcome_one(self, i: int) -> bool:
-        """``true_outcome`` of one applicant (the gym adapter's hot path)."""
-        return bool(self.cols["outcome"].item(i))
 
     def amount(self, idx):
         return 1.0 if np.ndim(idx) == 0 else np.ones(len(idx))  # every loan is one unit (seed 002, Liu et al.)

@@ -113,6 +113,25 @@ class Outcomes:
     profit: np.ndarray
 
 
+class DrawnOutcomes:
+    """The potential outcome of each application, drawn on arrival from the ``outcomes`` stream
+    into ``cols["outcome"]`` (seed 002 lending and admissions): the gym adapter's true outcome,
+    as an array and for one applicant, and the draw itself (``outcome_draws``)."""
+
+    def true_outcome(self, idx) -> np.ndarray:
+        """Whether each applicant would repay / succeed if approved (the current application's draw)."""
+        return self.cols["outcome"][idx]
+
+    def true_outcome_one(self, i: int) -> bool:
+        """``true_outcome`` of one applicant (the gym adapter's hot path)."""
+        return bool(self.cols["outcome"].item(i))
+
+    def outcome_draws(self, blocks: bool) -> Callable[[], float]:
+        """The uniform behind each outcome: from ``BlockDraws`` when the family's ``_prepare`` is
+        the stream's only reader (the same numbers), else one ``outcome_rng.random()`` a call."""
+        return BlockDraws(self.outcome_rng.random).next if blocks else self.outcome_rng.random
+
+
 class LastDecisions:
     """``last_idx`` / ``last_rewards`` of a world: the last decided applicants and their rewards,
     kept in ``_last`` as ``(idx array, rewards array)`` for a batch, or as ``(int, float)`` for one
