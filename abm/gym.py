@@ -158,7 +158,7 @@ class AbmEnv(gymnasium.Env):
             if ready.triggered:
                 req = self._req = ready.value
                 agent_id = int(req.agent_id)
-                self._pending = (agent_id, int(req.group), bool(self._outcome(agent_id)), self._obs(req.obs))
+                self._pending = (agent_id, int(req.group), self._outcome(agent_id), self._obs(req.obs))
                 return True
             if len(sim.episode_rows) - self._start_episode >= self.sim_episodes:
                 self._req = self._pending = None

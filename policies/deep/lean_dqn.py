@@ -133,6 +133,12 @@ def dqn_loss(net: FlatParams, rows: np.ndarray, inverse: np.ndarray, actions: np
     return float(huber.mean())
 
 
+def random_actions(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``rng.integers(0, 2, n)``; for one world the scalar draw of the same number (the sized
+    call alone cost ~14 us a decision, the scalar ~4)."""
+    return np.array([rng.integers(0, 2)], np.int64) if n == 1 else rng.integers(0, 2, n)
+
+
 class ReplayBuffer:
     """The last ``size`` transitions (s, a, r, s', terminated) in circular arrays.
 
@@ -241,10 +247,10 @@ class LeanDQNLearner(LeanLearner):
         if deterministic:
             return greedy
         n = len(obs)
-        if n == 1:  # one world: the same two draws as scalars (``integers(0, 2, 1)`` alone costs ~14 us, the scalar ~4)
+        if n == 1:  # one world: the same two draws as scalars
             explore = rng.random() < self.epsilon
-            coin = rng.integers(0, 2)
-            return np.array([coin], np.int64) if explore else greedy
+            coins = random_actions(rng, 1)
+            return coins if explore else greedy
         return np.where(rng.random(n) < self.epsilon, rng.integers(0, 2, n), greedy)
 
     def approve_prob(self, obs: np.ndarray) -> np.ndarray:
@@ -295,8 +301,8 @@ class LeanDQNLearner(LeanLearner):
         while self._num_timesteps < total_timesteps:
             # -- act: uniformly at random while warming up, then epsilon-greedy per world -------
             self.epsilon = self.epsilon_at(total_timesteps)
-            if self._num_timesteps < cfg.learning_starts:  # (one world: the scalar draw, the same number)
-                actions = rng.integers(0, 2, K) if K > 1 else np.array([rng.integers(0, 2)], np.int64)
+            if self._num_timesteps < cfg.learning_starts:
+                actions = random_actions(rng, K)
             else:
                 actions = self.act(obs, False, rng)
             next_obs, rewards, terminated, truncated, infos = envs.step(actions)
