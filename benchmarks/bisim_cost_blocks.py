@@ -11,9 +11,10 @@ the replay buffer's table of distinct observations (None: past its 4,096 rows).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+
+from oneline import OneLineParser
 
 
 class Stop(Exception):
@@ -21,7 +22,7 @@ class Stop(Exception):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="bisim_dqn", choices=("bisim_dqn", "bisim_ppo"))
     ap.add_argument("--decisions", type=int, default=400_000)
     ap.add_argument("--block", type=int, default=5_120)

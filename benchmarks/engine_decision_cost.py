@@ -11,13 +11,14 @@ the same load); it prints one JSON line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from oneline import OneLineParser, positive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,24 +53,6 @@ def reset_ms(path: Path, resets: int, repeats: int) -> float:
             env.reset(seed=seed)
         best = min(best, (time.process_time() - start) / resets * 1e3)
     return best
-
-
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number is needed, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors as one line (no usage block), exit 2."""
-
-    def error(self, message: str):
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def main() -> None:

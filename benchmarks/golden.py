@@ -15,13 +15,14 @@ fingerprint (both change by design), a study without its times (``runs.csv``,
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from oneline import OneLineParser
 
 ROOT = Path(__file__).resolve().parents[1]
 S = ROOT / "scenarios"
@@ -125,7 +126,7 @@ def run_case(file: str, sets: list[str], out: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--compare")
     ap.add_argument("--only", nargs="*")

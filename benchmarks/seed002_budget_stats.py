@@ -10,7 +10,6 @@ session study holding only the methods the first one left out) to the first fold
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -18,6 +17,8 @@ import pandas as pd
 from scipy import stats
 
 from abm.reports.seed002 import with_evaluations
+
+from oneline import OneLineParser
 
 
 def finals(folder: str) -> pd.DataFrame:
@@ -34,7 +35,7 @@ def finals(folder: str) -> pd.DataFrame:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder")
     ap.add_argument("pairs", nargs="+", help="method_a,method_b (policy names; bisim_ppo_full for the full variant)")
     ap.add_argument("--metrics", default="cumulative_return,recall_gap,credit_gap")

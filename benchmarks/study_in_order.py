@@ -14,10 +14,11 @@ outputs/studies). Bad values exit 2 with one line.
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import sys
 from pathlib import Path
+
+from oneline import OneLineParser
 
 
 def matches(item: str, label: str) -> bool:
@@ -41,7 +42,7 @@ def ordered(runs, order: list[str]):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("study")
     ap.add_argument("--order", default="")
     ap.add_argument("--workers", default="1")

@@ -9,13 +9,14 @@ kept) exits 2 with one line naming it.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from abm.reports.figures import groups_in
+
+from oneline import OneLineParser
 
 
 def blocks(folder: str, edges: list[float]) -> pd.DataFrame:
@@ -38,7 +39,7 @@ def blocks(folder: str, edges: list[float]) -> pd.DataFrame:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="+")
     ap.add_argument("--edges", default="0,0.01,0.05,0.1,0.25,0.5,1", help="block edges as shares of training")
     args = ap.parse_args()

@@ -152,3 +152,30 @@ def test_engine_decision_cost_refuses_bad_values_in_one_line(args, message):
     done = subprocess.run([sys.executable, str(ENGINE), *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1, \
         done.stderr
+
+
+# -- every script of benchmarks/ with a command line: one line for bad arguments ----------------
+@pytest.mark.parametrize("script", ["bisim_cost_blocks.py", "engine_decision_cost.py", "figure3_credit_stats.py",
+                                    "golden.py", "seed002_budget_stats.py", "study_in_order.py",
+                                    "training_curve_blocks.py"])
+def test_an_unknown_argument_is_refused_in_one_line(script):
+    done = subprocess.run([sys.executable, str(SCRIPT.parent / script), "x", "y", "--no-such-flag"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: ")  # a required argument missing, or the unknown flag
+
+
+@pytest.mark.parametrize("args, message", [(["--decisions", "abc"], "error: argument --decisions: invalid int value"),
+                                           ([], "error: the following arguments are required")])
+def test_a_bad_or_missing_argument_is_one_line(args, message):
+    script = COST if args else SCRIPT
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_figure3_credit_stats_names_a_folder_without_a_study(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT.parent / "figure3_credit_stats.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == f"{tmp_path / 'study.parquet'}: no such file (run abm study " \
+                          "scenarios/studies/figure3-credit.yaml first)\n"
