@@ -6,7 +6,8 @@ report/seed_tables.md; two-sided p for the difference of two methods' means over
         ppo,bisim_ppo ppo,elbert_po --metrics cumulative_return,recall_gap
 
 ``--pool FOLDER`` adds the runs of another study of the same scenario and budget (e.g. a
-session study holding only the methods the first one left out) to the first folder's.
+session study holding only the methods the first one left out) to the first folder's. A ledger
+of runs (``benchmarks/study_ledger.py``, a .csv) stands wherever a study folder does.
 """
 from __future__ import annotations
 
@@ -16,19 +17,22 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from abm.reports.seed002 import with_evaluations
+from abm.reports.seed002 import final_rows
 
 from oneline import OneLineParser
 
 
 def finals(folder: str) -> pd.DataFrame:
-    table = Path(folder) / "study.parquet"
-    if not table.is_file():
-        print(f"{folder}: no study.parquet (render it with: abm report {folder})", file=sys.stderr)
-        raise SystemExit(2)
-    study = pd.read_parquet(table)
-    last = study.groupby("run_id", sort=False)["episode"].transform("max")
-    out = with_evaluations(study[study["episode"] == last], folder).copy()
+    if folder.endswith(".csv"):  # a ledger: its rows are the runs' final rows already
+        from study_ledger import read_ledger
+
+        out = read_ledger(Path(folder))
+    else:
+        table = Path(folder) / "study.parquet"
+        if not table.is_file():
+            print(f"{folder}: no study.parquet (render it with: abm report {folder})", file=sys.stderr)
+            raise SystemExit(2)
+        out = final_rows(pd.read_parquet(table), folder).copy()
     out["method"] = out["policy"].str.extract(r"^([a-z_]+)", expand=False) + \
         out["policy"].str.contains("variant=full").map({True: "_full", False: ""})
     return out

@@ -9,7 +9,8 @@ on the same file afterwards reuses every finished run and computes the rest.
 
 ``--order``: policies by name, or NAME:VARIANT for one variant (``bisim_ppo:reward_only``); a
 policy's runs go replicate by replicate (all its configurations of replicate 0, then 1, ...);
-the runs no item names follow in the study's order. ``--out`` (default the study's folder under
+the runs no item names follow in the study's order. ``--skip LEDGER`` leaves out the runs a
+ledger of earlier sittings holds (``benchmarks/study_ledger.py``: their rows stand for them). ``--out`` (default the study's folder under
 outputs/studies). Bad values exit 2 with one line.
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--order", default="")
     ap.add_argument("--workers", default="1")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--skip", default=None, metavar="LEDGER", help="leave out the runs this ledger holds")
     args = ap.parse_args(argv)
     try:
         workers = int(args.workers)
@@ -72,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         names = sorted({label.split("(", 1)[0] for label in labels})
         print(f"--order: {unknown[0]!r} names no policy of {args.study} ({', '.join(names)})", file=sys.stderr)
         return 2
+    skip: set[str] = set()
+    if args.skip:
+        from study_ledger import read_ledger  # exits 2 with one line for a bad ledger
+
+        skip = set(read_ledger(Path(args.skip))["run_id"])
     folder = Path(args.out or Path("outputs") / "studies" / study.name)
     runs_dir, failed_dir = folder / "runs", folder / "failed"
     try:
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         with _locked(folder):  # as abm study: one writer per study folder
             _clean_leftovers(folder)  # a killed run's temporary folder
             write_manifest(study, folder)
-            _compute(study, folder, order, workers)
+            _compute(study, folder, order, workers, skip)
     except UserError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -90,15 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _compute(study, folder: Path, order: list[str], workers: int) -> None:
+def _compute(study, folder: Path, order: list[str], workers: int, skip: set[str] = frozenset()) -> None:
     from abm.study.execute import is_complete, record_time, run_task
 
     runs_dir, failed_dir = folder / "runs", folder / "failed"
     tasks = [{"run_id": s.run_id, "scenario": s.scenario, "runs_dir": str(runs_dir.resolve()),
               "failed_dir": str(failed_dir.resolve())}
-             for s in ordered(study.runs, order) if not is_complete(runs_dir / s.run_id)]
+             for s in ordered(study.runs, order) if s.run_id not in skip and not is_complete(runs_dir / s.run_id)]
     backend = f"benchmarks/study_in_order.py, {workers} process{'es' * (workers > 1)}"
-    print(f"{len(tasks)} of {len(study.runs)} runs to compute into {folder}", flush=True)
+    held = f" ({len(skip & {s.run_id for s in study.runs})} held by the ledger)" if skip else ""
+    print(f"{len(tasks)} of {len(study.runs)} runs to compute into {folder}{held}", flush=True)
     with multiprocessing.get_context("spawn").Pool(workers, initializer=_single_thread) as pool:
         for result in pool.imap_unordered(run_task, tasks, chunksize=1):
             record_time(folder, result, backend)

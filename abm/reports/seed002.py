@@ -103,13 +103,24 @@ def with_evaluations(final: pd.DataFrame, folder: str | Path | None) -> pd.DataF
     return out
 
 
+def final_rows(study: pd.DataFrame, folder: str | Path | None = None) -> pd.DataFrame:
+    """One row per run: its final episode, each numeric metric the mean over its evaluation
+    episodes where the study's ``folder`` holds them (``with_evaluations``)."""
+    last = study.groupby("run_id", sort=False)["episode"].transform("max")
+    return with_evaluations(study[study["episode"] == last], folder)
+
+
 def seed_tables(study: pd.DataFrame, folder: str | Path | None = None) -> str:
     """Markdown: one table per study group, one row per configuration (method). With the study's
     ``folder``, each run's value is its mean over its evaluation episodes (``with_evaluations``)."""
     if study.empty or "recall_gap" not in study.columns:
         return ""
-    last = study.groupby("run_id", sort=False)["episode"].transform("max")
-    final = with_evaluations(study[study["episode"] == last], folder)
+    return tables_markdown(final_rows(study, folder))
+
+
+def tables_markdown(final: pd.DataFrame) -> str:
+    """``seed_tables``' Markdown from its per-run rows (``final_rows``: columns group, config,
+    eval_episodes and the metrics), e.g. those a ledger of runs keeps."""
     lines = ["# Seed 002 tables", "",
              "Final episode of every run (the mean over its evaluation episodes where it ran several: column "
              "Eval.); mean ± 95% CI (Student t) over the seeded replicates.", ""]
