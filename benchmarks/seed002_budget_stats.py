@@ -12,6 +12,7 @@ of runs (``benchmarks/study_ledger.py``, a .csv) stands wherever a study folder 
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -60,9 +61,11 @@ def main() -> None:
                 x, y = part.loc[part.method == a, m].astype(float), part.loc[part.method == b, m].astype(float)
                 if len(x) < 2 or len(y) < 2:
                     continue
-                t = stats.ttest_ind(x, y, equal_var=False)
+                with warnings.catch_warnings():  # two constant samples: scipy warns, p is nan (said below)
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    t = stats.ttest_ind(x, y, equal_var=False)
                 print(f"  {m}: {a} {x.mean():.4g} (n={len(x)}) - {b} {y.mean():.4g} (n={len(y)}) = "
-                      f"{x.mean() - y.mean():+.4g}, Welch p = {t.pvalue:.3f}; per seed {a} {x.round(3).tolist()}, "
+                      f"{x.mean() - y.mean():+.4g}, Welch p = {t.pvalue:.3f}{' (both samples constant)' if x.std() == y.std() == 0 else ''}; per seed {a} {x.round(3).tolist()}, "
                       f"{b} {y.round(3).tolist()}")
 
 
