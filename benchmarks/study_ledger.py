@@ -1,6 +1,8 @@
 """A ledger of a study's finished runs: one CSV row per run (its final episode, each metric the
 mean over its evaluation episodes, as report/seed_tables.md takes it), with the run's identity,
-what it cost (``run_times.csv``), the code that computed it and a digest of its episodes table.
+what it cost (``run_times.csv``), the code that computed it, a digest of its episodes table and
+what its policy learned (``policy/config.json``'s ``extra``: the Bisimulator's omega, a
+Lagrangian's multipliers; columns ``extra.KEY`` and ``extra.KEY.I``).
 The ledger is small enough to keep in the repository, so a design too long for one sitting
 (seed 002's 10-seed tables: docs/MODEL.md) is computed over several sittings on machines that
 keep nothing, and any row can be checked by computing its run again (``abm run`` of the run's
@@ -35,6 +37,35 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def flat_extra(extra, prefix: str = "extra") -> dict[str, float | str]:
+    """``extra`` of a policy's config.json as flat columns: numbers and strings as they are,
+    lists and mappings one column per element (``extra.omega.0``, ``extra.nu.G1.1``)."""
+    if isinstance(extra, dict):
+        out: dict[str, float | str] = {}
+        for key, value in extra.items():
+            out.update(flat_extra(value, f"{prefix}.{key}"))
+        return out
+    if isinstance(extra, (list, tuple)):
+        out = {}
+        for i, value in enumerate(extra):
+            out.update(flat_extra(value, f"{prefix}.{i}"))
+        return out
+    if extra is None or isinstance(extra, (bool, int, float, str)):
+        return {prefix: extra}
+    return {prefix: str(extra)}
+
+
+def policy_extra(run_dir: Path) -> dict[str, float | str]:
+    import json
+
+    path = run_dir / "policy" / "config.json"
+    try:
+        extra = json.loads(path.read_text()).get("extra") if path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return flat_extra(extra) if extra else {}
+
+
 def study_rows(folder: Path) -> pd.DataFrame:
     """The ledger rows of a study folder's finished runs."""
     from abm.provenance import recorded_fingerprint
@@ -50,9 +81,12 @@ def study_rows(folder: Path) -> pd.DataFrame:
         final[col] = [times[col].get(r) if col in times else None for r in final["run_id"]]
     final["code"] = [recorded_fingerprint(folder / "runs" / r) or "unknown" for r in final["run_id"]]
     final["episodes_sha256"] = [digest(folder / "runs" / r / "episodes.parquet") for r in final["run_id"]]
+    extras = pd.DataFrame([policy_extra(folder / "runs" / r) for r in final["run_id"]], index=final.index)
+    final = pd.concat([final, extras], axis=1)
     first = [c for c in (*IDENTITY, "episode", "eval_episodes") if c in final.columns]
     last = [*COST, *PROVENANCE]
-    return final[first + [c for c in final.columns if c not in first and c not in last] + last]
+    middle = [c for c in final.columns if c not in first and c not in last and c not in extras.columns]
+    return final[first + middle + last + list(extras.columns)]
 
 
 def read_ledger(path: Path) -> pd.DataFrame:

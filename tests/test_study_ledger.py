@@ -14,6 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 LEDGER = BENCH / "study_ledger.py"
+sys.path.insert(0, str(BENCH))
 
 
 def tiny_study(tmp_path: Path, seeds: int = 2) -> Path:
@@ -113,3 +114,11 @@ def test_a_folder_that_is_no_study_is_named(tmp_path):
     assert not (tmp_path / "ledger.csv").exists()
     bad = script(LEDGER, "remove", "x")
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.splitlines()) == 1
+
+
+def test_what_a_policy_learned_becomes_flat_columns():
+    from study_ledger import flat_extra
+
+    assert flat_extra({"omega": [0.5, -1.0], "j_rew": 0.1, "nu": {"G1": [1, 2]}, "note": None}) == {
+        "extra.omega.0": 0.5, "extra.omega.1": -1.0, "extra.j_rew": 0.1, "extra.nu.G1.0": 1, "extra.nu.G1.1": 2,
+        "extra.note": None}
