@@ -73,3 +73,20 @@ def test_effective_branching_ratio_matches_the_code(doc, default_world):
     ratio = arr.excitation / arr.decay * default_world.weight_sum / default_world.sizes
     for quoted, value in zip(found.groups(), ratio):
         assert _close(quoted, float(value)), (quoted, value)
+
+
+def test_table1_at_ten_seeds_quotes_the_ledger(doc):
+    """The 10-seed Table 1 rows of MODEL.md are what ``study_ledger.py tables docs/results/table1.csv``
+    prints (the ledger is the record of the runs; the doc must not drift from it)."""
+    import pandas as pd
+
+    from abm.reports.seed002 import tables_markdown
+
+    ledger = pd.read_csv(ROOT / "docs" / "results" / "table1.csv")
+    rows = [line for line in tables_markdown(ledger).splitlines()
+            if line.startswith("| ") and not line.startswith("| Method")]
+    assert len(rows) >= 2
+    section = doc.split("#### Table 1 at 10 seeds", 1)[1].split("\n#### ", 1)[0]
+    missing = [row for row in rows if row not in section]
+    assert not missing, f"docs/MODEL.md, Table 1 at 10 seeds: not as the ledger gives it: {missing[0]}"
+    assert f"{len(ledger)} of 220 runs" in section
