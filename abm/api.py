@@ -338,13 +338,17 @@ class StudyResult:
 
 def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out: str | Path | None = None,
           overrides: Iterable[str] = (), scheduler: str | None = None, retry_failed: bool = False,
-          recompute_stale: bool = False, quiet: bool = True) -> StudyResult:
+          recompute_stale: bool = False, quiet: bool = True, order: Iterable[str] = (),
+          skip: str | Path | Iterable[str] | None = None) -> StudyResult:
     """Run a study (a study file or its content as a mapping) into ``out`` (default
     ``outputs/studies/<name>``, as ``abm study``); resumable, like the CLI. ``workers=0`` runs in
     this process (no Dask; a plugin class defined in a notebook works only so); ``workers=N`` a
     local Dask cluster of N processes, ``workers=None`` one per core; ``scheduler`` an existing
-    Dask cluster (whose workers must be able to import any plugin the study uses)."""
+    Dask cluster (whose workers must be able to import any plugin the study uses). ``order``:
+    policies (NAME or NAME:VARIANT) whose runs start first, as ``abm study --order``; ``skip``:
+    runs to leave out, a ledger CSV (its ``run_id`` column, as ``--skip``) or the run ids."""
     from abm.study import load_study, run_study, study_from_dict
+    from abm.study.execute import read_held
 
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if isinstance(study_file_or_dict, dict):
@@ -352,8 +356,15 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
     else:
         spec = load_study(study_file_or_dict, overrides)
     folder = Path(out) if out is not None else Path("outputs") / "studies" / spec.name
+    if skip is None:
+        held: set[str] = set()
+    elif isinstance(skip, (str, Path)):
+        held = read_held(skip)
+    else:
+        held = {str(run_id) for run_id in skip}
     outcome = run_study(spec, folder, scheduler=scheduler, workers=None if scheduler else workers,
-                        retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet)
+                        retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet,
+                        order=[order] if isinstance(order, str) else list(order), skip=held)
     return StudyResult(folder=folder, name=spec.name, outcome=outcome)
 
 

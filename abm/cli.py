@@ -227,14 +227,22 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
           recompute_stale: bool = typer.Option(False, "--recompute-stale", help="Rerun finished runs computed by "
                                                "other code (their folders are kept beside)."),
           set_: List[str] = typer.Option([], "--set", help="Override a study-file field dotted.path=value."),
+          order: str = typer.Option("", help="Policies to run first, comma-separated NAME or NAME:VARIANT "
+                                    "(bisim_ppo:full), each at every seed before the next; the order changes no run."),
+          skip: Optional[Path] = typer.Option(None, metavar="LEDGER", help="Leave out the runs this CSV's run_id "
+                                              "column names (a ledger of earlier sittings: benchmarks/study_ledger.py)."),
           report: bool = typer.Option(False, "--report", help="Also render the study report."),
           quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
     """Run a population study (grid x policies x objectives x seeds); resumable. Exit 1 if a run failed."""
     from abm.study import load_study, run_study
+    from abm.study.execute import read_held
 
     spec = load_study(study_file, list(set_))
+    held = read_held(skip) if skip is not None else frozenset()
     outcome = run_study(spec, out or Path("outputs") / "studies" / spec.name, scheduler=scheduler, workers=workers,
-                        retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet)
+                        retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet,
+                        order=[item.strip() for item in order.split(",") if item.strip()] if order else [],
+                        skip=held)
     for run_id, error in outcome.failures.items():
         typer.echo(f"failed: {run_id}: {error}", err=True)
     typer.echo(outcome.summary_line(spec.name))

@@ -13,7 +13,7 @@ scenario.yaml gives the same episodes.parquet, so the same digest).
 
 ``add`` appends the study folder's finished runs that the ledger lacks; a run already there
 must carry the same digest (a different one exits 2: two computations of one run disagree).
-``benchmarks/study_in_order.py --skip LEDGER`` leaves its runs out of the next sitting's work,
+``abm study STUDY.yaml --skip LEDGER`` leaves its runs out of the next sitting's work,
 and ``benchmarks/seed002_budget_stats.py`` takes a ledger in place of a study folder. Bad input
 exits 2 with one line.
 """

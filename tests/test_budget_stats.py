@@ -156,7 +156,7 @@ def test_engine_decision_cost_refuses_bad_values_in_one_line(args, message):
 
 # -- every script of benchmarks/ with a command line: one line for bad arguments ----------------
 @pytest.mark.parametrize("script", ["bisim_cost_blocks.py", "engine_decision_cost.py", "figure3_credit_stats.py",
-                                    "golden.py", "seed002_budget_stats.py", "study_in_order.py",
+                                    "golden.py", "seed002_budget_stats.py",
                                     "training_curve_blocks.py"])
 def test_an_unknown_argument_is_refused_in_one_line(script):
     done = subprocess.run([sys.executable, str(SCRIPT.parent / script), "x", "y", "--no-such-flag"],

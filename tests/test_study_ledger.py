@@ -1,6 +1,6 @@
 """benchmarks/study_ledger.py: a study's finished runs as one CSV row each (the seed tables'
 per-run values, cost, code and episodes digest), appended over sittings; its tables are the
-report's; benchmarks/study_in_order.py --skip and seed002_budget_stats.py read it; bad input
+report's; ``abm study --skip`` and seed002_budget_stats.py read it; bad input
 is refused in one line."""
 
 import subprocess
@@ -82,9 +82,10 @@ def test_the_next_sitting_skips_the_ledgers_runs(computed, tmp_path):
     assert script(LEDGER, "add", str(folder), str(ledger)).returncode == 0
     bigger = tiny_study(tmp_path / "more", seeds=3)  # the same runs and one more replicate each
     out = tmp_path / "next"
-    done = script(BENCH / "study_in_order.py", str(bigger), "--skip", str(ledger), "--out", str(out))
+    done = subprocess.run([sys.executable, "-m", "abm.cli", "study", str(bigger), "--skip", str(ledger), "--out",
+                           str(out), "--workers", "0"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == f"2 of 6 runs to compute into {out} (4 held by the ledger)"
+    assert "6 runs: 2 succeeded, 0 skipped, 4 held by --skip, 0 failed" in done.stdout
     assert sorted(p.name.rsplit("-", 1)[1] for p in (out / "runs").iterdir()) == ["r2", "r2"]
     added = script(LEDGER, "add", str(out), str(ledger))
     assert added.stdout.strip() == f"{ledger}: 2 runs added, 6 in all"
@@ -101,11 +102,9 @@ def test_a_bad_ledger_is_named_in_one_line(tmp_path, content, message):
     ledger = tmp_path / "ledger.csv"
     if content is not None:
         ledger.write_bytes(content.encode("latin-1"))
-    for args in (["tables", str(ledger)], ["--skip", str(ledger)]):
-        path = LEDGER if args[0] == "tables" else BENCH / "study_in_order.py"
-        done = script(path, *(args if args[0] == "tables" else [str(ROOT / "scenarios/studies/smoke.yaml"), *args]))
-        assert done.returncode == 2 and done.stderr.startswith(f"{ledger}: {message}"), done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1
+    done = script(LEDGER, "tables", str(ledger))
+    assert done.returncode == 2 and done.stderr.startswith(f"{ledger}: {message}"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_a_folder_that_is_no_study_is_named(tmp_path):

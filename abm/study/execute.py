@@ -16,6 +16,10 @@ parquet file) is set aside as ``runs/<id>.corrupt`` and recomputed; it never blo
 A study refused before its cluster is up (a bad ``--workers``, an unreachable ``--scheduler``)
 removes the folder (or the study files) it created: nothing is left behind.
 
+Order. Runs start in the study's order, or with ``order`` the named policies' runs first, each
+at every replicate before the next (``abm.study.spec.order_runs``); ``skip`` leaves out runs held
+elsewhere (a ledger kept over sittings). Neither changes any run.
+
 Cost. Each computed run's wall and CPU time, as its worker measured them, is appended to
 ``run_times.csv`` in the study folder; ``runs.csv`` and the report's "Time" section read it.
 """
@@ -46,7 +50,7 @@ from abm.errors import UserError
 from abm.provenance import is_stale, set_aside
 from abm.runner import first_missing, is_complete, run_folder_problem, run_to_folder, set_aside_corrupt
 from abm.study.aggregate import TIME_COLUMNS, TIMES, aggregate as aggregate_runs
-from abm.study.spec import RunSpec, Study
+from abm.study.spec import RunSpec, Study, order_runs
 
 SCRATCH = ".dask-scratch"
 LOCK = ".lock"
@@ -68,6 +72,7 @@ class StudyOutcome:
     corrupt: int = 0  # finished runs with a damaged file: set aside (runs/<id>.corrupt) and queued again
     failed: int = 0  # failed in this call, plus earlier failures not retried
     failed_before: int = 0  # of ``failed``: earlier failures left alone (no --retry-failed)
+    held: int = 0  # not finished here, held elsewhere (``skip``: a ledger of earlier sittings), not computed
     wall_s: float = 0.0
     backend: str = ""
     failures: dict[str, str] = field(default_factory=dict)  # run id -> one-line error
@@ -79,7 +84,8 @@ class StudyOutcome:
         again = f"; {self.recomputed_stale} stale runs set aside and recomputed" if self.recomputed_stale else ""
         corrupt = (f"; {self.corrupt} finished runs had a corrupted file: set aside (runs/<id>.corrupt) and "
                    f"recomputed" if self.corrupt else "")
-        return (f"study {name}: {self.total} runs: {self.succeeded} succeeded, {self.skipped} skipped, "
+        held = f", {self.held} held by --skip" if self.held else ""
+        return (f"study {name}: {self.total} runs: {self.succeeded} succeeded, {self.skipped} skipped{held}, "
                 f"{self.failed} failed{before} in {self.wall_s:.1f}s [{self.backend}]{stale}{again}{corrupt} "
                 f"-> {self.folder}")
 
@@ -151,14 +157,33 @@ def _serial(tasks: list[dict]) -> Iterable[dict]:
 
 
 def _on_client(client, tasks: list[dict]) -> Iterable[dict]:
+    """Run ``tasks`` on a Dask client, started in the order given (``run_study``'s ``order``): no
+    more tasks are submitted than the cluster has threads, the next one as one finishes, so the
+    scheduler never holds a backlog it could reorder; a worker waits one round trip (milliseconds)
+    between runs of seconds to hours."""
     from distributed import as_completed
 
     tag = uuid.uuid4().hex[:8]
-    futures = {client.submit(run_task, task, key=f"abm-run-{task['run_id']}-{tag}", pure=False): task
-               for task in tasks}
+    pending = iter(enumerate(tasks))
+    futures: dict[Any, dict] = {}
+
+    def fill(running) -> None:
+        window = max(1, sum(client.nthreads().values()))  # workers may join or leave a scheduler's cluster
+        while len(futures) < window:
+            item = next(pending, None)
+            if item is None:
+                return
+            i, task = item
+            future = client.submit(run_task, task, key=f"abm-run-{task['run_id']}-{tag}", pure=False,
+                                   priority=len(tasks) - i)
+            futures[future] = task
+            running.add(future)
+
+    running = as_completed()
     try:
-        for future in as_completed(futures):
-            task = futures[future]
+        fill(running)
+        for future in running:
+            task = futures.pop(future)
             try:
                 result = future.result()
             except Exception as exc:  # the worker died (KilledWorker) or the task was lost
@@ -166,6 +191,7 @@ def _on_client(client, tasks: list[dict]) -> Iterable[dict]:
                 record_failure(Path(task["failed_dir"]), task["run_id"], error, traceback.format_exc())
                 result = {"run_id": task["run_id"], "status": "failed", "error": error}
             future.release()
+            fill(running)  # the next run starts before this one's result is recorded
             yield result
     finally:
         client.cancel(list(futures))
@@ -309,13 +335,38 @@ def write_manifest(study: Study, folder: Path) -> None:
     _atomic_write(folder / "manifest.json", json.dumps(manifest, indent=1))
 
 
+def read_held(path: str | Path) -> set[str]:
+    """The run ids of a CSV with a ``run_id`` column (a ledger: ``benchmarks/study_ledger.py``;
+    a study's ``runs.csv``): the runs ``abm study --skip`` leaves out. UserError naming the file."""
+    import pandas as pd
+
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path, usecols=lambda column: column == "run_id", dtype=str)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such ledger (--skip)") from None
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"{path}: not a ledger CSV (--skip: {reason})") from None
+    if "run_id" not in frame.columns:
+        raise UserError(f"{path}: not a ledger (--skip: no column 'run_id')")
+    return set(frame["run_id"].dropna())
+
+
 def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None, workers: int | None = None,
               client=None, retry_failed: bool = False, recompute_stale: bool = False, quiet: bool = False,
-              on_result: Callable[[dict], None] | None = None, aggregate: bool = True) -> StudyOutcome:
-    """Run every unfinished run of ``study`` into ``out_dir``; aggregate; return the counts."""
+              on_result: Callable[[dict], None] | None = None, aggregate: bool = True,
+              order: list[str] | tuple[str, ...] = (), skip: set[str] | frozenset[str] = frozenset()) -> StudyOutcome:
+    """Run every unfinished run of ``study`` into ``out_dir``; aggregate; return the counts.
+
+    ``order``: policies (NAME or NAME:VARIANT) whose runs start first, each at every replicate
+    before the next (``abm.study.spec.order_runs``); the order changes no run. ``skip``: run ids
+    held elsewhere (a ledger of earlier sittings on machines that kept nothing): not computed,
+    counted as ``held``; a finished run folder of one is still reused."""
     started = time.perf_counter()
     folder = Path(out_dir)
     runs_dir, failed_dir = folder / "runs", folder / "failed"
+    runs = order_runs(study, order)  # refused before anything is written
     if workers is not None and workers < 0:  # refused before anything is written
         raise UserError(f"--workers: must be >= 0 (0 = in this process, no Dask), got {workers}")
     if scheduler and workers is not None:
@@ -336,7 +387,7 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
             _clean_leftovers(folder)
             write_manifest(study, folder)
             todo: list[RunSpec] = []
-            for spec in study.runs:
+            for spec in runs:
                 record = failed_dir / f"{spec.run_id}.json"
                 run_dir = runs_dir / spec.run_id
                 complete = is_complete(run_dir)
@@ -353,6 +404,8 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
                     record.unlink(missing_ok=True)
                     outcome.skipped += 1
                     outcome.stale += stale
+                elif spec.run_id in skip:
+                    outcome.held += 1
                 elif record.is_file() and not retry_failed:
                     outcome.failed += 1
                     outcome.failed_before += 1
@@ -379,7 +432,8 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
                 if hasattr(results, "close"):  # close the generator (cancelling futures) before the client
                     stack.callback(results.close)
                 update = stack.enter_context(_progress(study.name, outcome.total,
-                                                       outcome.skipped + outcome.failed_before, quiet))
+                                                       outcome.skipped + outcome.failed_before + outcome.held,
+                                                       quiet))
                 for result in results:
                     if result.get("output_error"):
                         raise UserError(f"{result['error']}: study {study.name} stopped after {outcome.succeeded} "

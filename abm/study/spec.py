@@ -254,6 +254,35 @@ class Study:
         return len({r.config_id for r in self.runs})
 
 
+def names_policy(item: str, label: str) -> bool:
+    """Whether an ``--order`` item, NAME or NAME:VARIANT, names the policy of a run whose policy
+    column is ``label`` (``bisim_ppo(backend=lean,...,variant=full)``)."""
+    name, _, variant = item.partition(":")
+    if not (label == name or label.startswith(name + "(")):
+        return False
+    return not variant or f"variant={variant}" in label[len(name):]
+
+
+def order_runs(study: Study, order: list[str] | tuple[str, ...]) -> list[RunSpec]:
+    """``study.runs`` with the runs of the policies ``order`` names first, in its order, each
+    replicate by replicate (every configuration of replicate 0, then 1, ...), so that a study
+    stopped early has whole methods at every seed; the runs no item names follow in the study's
+    order. The order changes no run (each run's seed and folder are its own). An item that names
+    no policy of the study is refused (UserError)."""
+    labels = [str(spec.columns.get("policy", "")) for spec in study.runs]
+    for item in order:
+        if not item or not any(names_policy(item, label) for label in labels):
+            names = sorted({label.split("(", 1)[0] for label in labels if label})
+            raise UserError(f"--order: {item!r} names no policy of study {study.name} "
+                            f"({', '.join(names) or 'it names none'})")
+
+    def key(index: int) -> tuple[int, int, int]:
+        rank = next((i for i, item in enumerate(order) if names_policy(item, labels[index])), len(order))
+        return rank, study.runs[index].replicate if rank < len(order) else 0, index
+
+    return [study.runs[i] for i in sorted(range(len(study.runs)), key=key)]
+
+
 def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
