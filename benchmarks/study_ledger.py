@@ -6,13 +6,16 @@ Lagrangian's multipliers; columns ``extra.KEY`` and ``extra.KEY.I``).
 The ledger is small enough to keep in the repository, so a design too long for one sitting
 (seed 002's 10-seed tables: docs/MODEL.md) is computed over several sittings on machines that
 keep nothing, and any row can be checked by computing its run again (``abm run`` of the run's
-scenario.yaml gives the same episodes.parquet, so the same digest).
+scenario.yaml gives the same episodes.parquet, so the same digest, on a processor with the same
+float kernels: the ``machine`` column; a learned lender trained on another processor ends a
+little elsewhere, docs/MODEL.md "Table 1 at 10 seeds").
 
     python benchmarks/study_ledger.py add outputs/studies/table1 docs/results/table1.csv
     python benchmarks/study_ledger.py tables docs/results/table1.csv     # seed tables + cost per method
 
 ``add`` appends the study folder's finished runs that the ledger lacks; a run already there
-must carry the same digest (a different one exits 2: two computations of one run disagree).
+must carry the same digest (a different one exits 2: two computations of one run disagree;
+the message names both machines).
 ``abm study STUDY.yaml --skip LEDGER`` leaves its runs out of the next sitting's work,
 and ``benchmarks/seed002_budget_stats.py`` takes a ledger in place of a study folder. Bad input
 exits 2 with one line.
@@ -29,7 +32,7 @@ import pandas as pd
 from oneline import OneLineParser
 
 IDENTITY = ("run_id", "config_id", "config", "group", "groups", "policy", "objective", "replicate", "seed")
-COST = ("wall_s", "cpu_s", "load_1m", "started", "host", "backend")
+COST = ("wall_s", "cpu_s", "load_1m", "started", "host", "backend", "machine")
 PROVENANCE = ("code", "episodes_sha256")
 
 
@@ -117,8 +120,12 @@ def add(folder: Path, path: Path) -> str:
         known = dict(zip(old["run_id"], old["episodes_sha256"]))
         clash = [r for r, d in zip(new["run_id"], new["episodes_sha256"]) if r in known and known[r] != d]
         if clash:
+            def where(frame):
+                value = frame.loc[frame["run_id"] == clash[0], "machine"].iloc[0] if "machine" in frame else None
+                return value if isinstance(value, str) and value else "not recorded"
+
             fail(f"{path}: run {clash[0]} is in the ledger with another episodes digest (two computations "
-                 "of one run disagree)")
+                 f"of one run disagree; machines: ledger {where(old)}, study {where(new)})")
         new = new[~new["run_id"].isin(known)]
         merged = pd.concat([old, new], ignore_index=True)
     else:

@@ -282,6 +282,39 @@ def test_each_computed_run_keeps_its_wall_and_cpu_time(serial_study, tmp_path):
     assert "| approve_all, arrivals.base_slope=0.01 | 1 |" in comparison
 
 
+def test_run_times_name_the_machine_and_an_older_file_keeps_its_columns(serial_study, tmp_path):
+    from abm.study.aggregate import OLD_TIME_COLUMNS, TIME_COLUMNS, read_run_times
+    from abm.study.execute import machine
+
+    study, serial_dir, _ = serial_study
+    times = read_run_times(serial_dir)
+    assert list(times.columns) == list(TIME_COLUMNS) and (times["machine"] == machine()).all()
+    assert machine() and "\n" not in machine()
+    import torch  # noqa: F401  (a deep run has loaded it): the kernels torch picked are named
+
+    assert "; torch " in machine()
+    # a study folder begun before the column: read with machine empty, resumed in its own columns
+    folder = tmp_path / "old"
+    shutil.copytree(serial_dir, folder)
+    path = folder / "run_times.csv"
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([list(OLD_TIME_COLUMNS)] + [row[:-1] for row in rows[1:]])
+    path.write_text(buf.getvalue())
+    old = read_run_times(folder)
+    assert len(old) == 4 and (old["machine"] == "").all()
+    shutil.rmtree(folder / "runs" / study.runs[0].run_id)
+    run_study(study, folder, workers=0, quiet=True)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 6 and lines[0] == ",".join(OLD_TIME_COLUMNS)
+    assert len(next(csv.reader([lines[-1]]))) == len(OLD_TIME_COLUMNS)
+    again = read_run_times(folder)
+    assert len(again) == 5 and again["run_id"].iloc[-1] == study.runs[0].run_id
+
+
 @pytest.mark.parametrize("damage", ["torn", "garbage", "binary", "other_header", "empty"])
 def test_damaged_run_times_drop_bad_lines_and_never_block_the_report(serial_study, tmp_path, damage):
     from abm.reports import render

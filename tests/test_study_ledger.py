@@ -67,12 +67,20 @@ def test_a_run_computed_differently_is_refused(computed, tmp_path):
     ledger = tmp_path / "ledger.csv"
     assert script(LEDGER, "add", str(folder), str(ledger)).returncode == 0
     rows = pd.read_csv(ledger)
+    from abm.study.execute import machine
+
+    assert rows["machine"].str.startswith(machine().split("; torch")[0]).all()  # the processor of each run
     rows.loc[0, "episodes_sha256"] = "0" * 64
+    rows.loc[0, "machine"] = "Other CPU; torch 2.13.0 AVX2"
     rows.to_csv(ledger, index=False)
+    from abm.study.aggregate import latest_run_times
+
+    recorded = latest_run_times(folder).at[rows.loc[0, "run_id"], "machine"]
     done = script(LEDGER, "add", str(folder), str(ledger))
     assert done.returncode == 2
     assert done.stderr == f"{ledger}: run {rows.loc[0, 'run_id']} is in the ledger with another episodes digest " \
-                          "(two computations of one run disagree)\n"
+                          f"(two computations of one run disagree; machines: ledger Other CPU; torch 2.13.0 AVX2, " \
+                          f"study {recorded})\n"
     assert pd.read_csv(ledger).loc[0, "episodes_sha256"] == "0" * 64  # the ledger is left as it was
 
 

@@ -104,19 +104,24 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 TIMES = "run_times.csv"  # every computed run's cost, appended by ``abm.study.execute.record_time``
-TIME_COLUMNS = ("run_id", "status", "started", "wall_s", "cpu_s", "load_1m", "host", "backend")
+TIME_COLUMNS = ("run_id", "status", "started", "wall_s", "cpu_s", "load_1m", "host", "backend", "machine")
+# run_times.csv as studies wrote it before it named the machine (read as machine "", appended to as it is)
+OLD_TIME_COLUMNS = TIME_COLUMNS[:-1]
 
 
 def read_run_times(folder: str | Path) -> pd.DataFrame:
     """``run_times.csv`` of a study folder (``abm.study.execute.record_time``): one row per
     computed run, oldest first; lines that do not parse (a torn last line of a killed study, an
-    edited file) are left out. Empty (with the columns) when the study kept no times."""
+    edited file) are left out. Empty (with the columns) when the study kept no times. A file
+    from before the ``machine`` column reads with ``machine`` empty."""
     columns = list(TIME_COLUMNS)
     path = Path(folder) / TIMES
     try:
         frame = pd.read_csv(path, on_bad_lines="skip", dtype=str, keep_default_na=False)
     except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError):  # absent, empty or not text
         return pd.DataFrame(columns=columns)
+    if list(frame.columns) == list(OLD_TIME_COLUMNS):
+        frame["machine"] = ""
     if list(frame.columns) != columns:
         return pd.DataFrame(columns=columns)
     for col in ("wall_s", "cpu_s", "load_1m"):

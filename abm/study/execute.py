@@ -34,6 +34,7 @@ import io
 import json
 import logging
 import os
+import platform
 import shutil
 import sys
 import time
@@ -49,7 +50,7 @@ from abm.config import validate_scenario_dict
 from abm.errors import UserError
 from abm.provenance import is_stale, set_aside
 from abm.runner import first_missing, is_complete, run_folder_problem, run_to_folder, set_aside_corrupt
-from abm.study.aggregate import TIME_COLUMNS, TIMES, aggregate as aggregate_runs
+from abm.study.aggregate import OLD_TIME_COLUMNS, TIME_COLUMNS, TIMES, aggregate as aggregate_runs
 from abm.study.spec import RunSpec, Study, order_runs
 
 SCRATCH = ".dask-scratch"
@@ -117,13 +118,31 @@ def _clock() -> tuple[float, float, float]:
     return time.time(), time.perf_counter(), time.process_time()
 
 
+def machine() -> str:
+    """The processor a run was computed on, and torch's CPU kernels where torch is loaded
+    (``Intel(R) Xeon(R) Processor; torch 2.13.0 AVX512``). A learned lender's training is
+    deterministic on one machine, not across processors: float kernels differ (docs/MODEL.md,
+    "Table 1 at 10 seeds"), so a run's digest is reproduced where this label is the same."""
+    model = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    model = model or platform.processor() or platform.machine()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        with contextlib.suppress(Exception):
+            model += f"; torch {torch.__version__.split('+')[0]} {torch.backends.cpu.get_cpu_capability()}"
+    return model
+
+
 def _cost(start: tuple[float, float, float]) -> dict[str, Any]:
     """What a run cost, measured on its worker: wall and CPU seconds (the worker process's, every
-    thread of it), its start (UTC) and the machine's 1-minute load average as it ended."""
+    thread of it), its start (UTC), the machine's 1-minute load average as it ended and the
+    processor (``machine``)."""
     epoch, wall, cpu = start
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)), "host": os.uname().nodename,
-            "load_1m": os.getloadavg()[0]}
+            "load_1m": os.getloadavg()[0], "machine": machine()}
 
 
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -313,19 +332,30 @@ def record_time(folder: Path, result: dict[str, Any], backend: str) -> None:
     """Append one run's cost to ``run_times.csv`` (one line per computed run, never rewritten: a
     resumed or recomputed study keeps the earlier lines). A result without a cost (a worker that
     died) adds nothing. One ``write`` per line, so a killed study leaves at most a torn last line,
-    which ``abm.study.aggregate.read_run_times`` skips."""
+    which ``abm.study.aggregate.read_run_times`` skips. A file begun before the ``machine`` column
+    keeps its columns (the new lines say no machine)."""
     if "wall_s" not in result or "cpu_s" not in result:
         return
     path = folder / TIMES
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
+    fields = [result["run_id"], result["status"], result.get("started", ""), f"{result['wall_s']:.3f}",
+              f"{result['cpu_s']:.3f}", f"{result.get('load_1m', float('nan')):.2f}", result.get("host", ""),
+              backend, result.get("machine", "")]
     if not path.is_file() or path.stat().st_size == 0:
         writer.writerow(TIME_COLUMNS)
-    writer.writerow([result["run_id"], result["status"], result.get("started", ""), f"{result['wall_s']:.3f}",
-                     f"{result['cpu_s']:.3f}", f"{result.get('load_1m', float('nan')):.2f}", result.get("host", ""),
-                     backend])
+    elif _header(path) == ",".join(OLD_TIME_COLUMNS):
+        fields = fields[:len(OLD_TIME_COLUMNS)]
+    writer.writerow(fields)
     with open(path, "a") as handle:
         handle.write(buf.getvalue())
+
+
+def _header(path: Path) -> str:
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(path) as handle:
+            return handle.readline().rstrip("\r\n")
+    return ""
 
 
 def write_manifest(study: Study, folder: Path) -> None:
