@@ -505,3 +505,27 @@ def test_smoke_study_end_to_end_with_the_default_local_cluster(cli, tmp_path):
     assert len(summary) == 4 * 8 and (summary["count"] == 2).all()
     again = cli("study", str(SMOKE), "--out", str(out), timeout=600)
     assert again.returncode == 0 and "0 succeeded, 8 skipped, 0 failed" in again.stdout
+
+
+@pytest.mark.parametrize("study_file", sorted((Path(__file__).resolve().parents[1] / "scenarios" / "studies").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_study_entries_naming_the_base_policy_keep_its_parameters(study_file):
+    """A study's policy entry replaces the base scenario's policy whole (its parameters are not
+    merged in), so an entry that names the base's policy with fewer parameters silently runs that
+    policy at its defaults. table2.yaml's ``{name: classifier}`` did: the default burn-in of 1,000
+    decisions is the whole run, so its "accuracy classifier" admitted everyone. Every shipped
+    study file that names its base's policy must repeat the base's parameters."""
+    raw = yaml.safe_load(study_file.read_text())
+    base = yaml.safe_load((study_file.parent / raw["base"]).read_text())
+    base_policy = base.get("policy") or {}
+    entries = list(raw.get("policies") or [])
+    for group in (raw.get("groups") or {}).values() if isinstance(raw.get("groups"), dict) else (raw.get("groups") or []):
+        entries += list((group or {}).get("policies") or [])
+    from abm import registry
+
+    for entry in entries:
+        if entry.get("name") == base_policy.get("name"):
+            defaults = registry.get(entry["name"]).Params.model_fields
+            dropped = {k: v for k, v in base_policy.items()
+                       if k != "name" and k not in entry and defaults[k].default != v}
+            assert not dropped, f"{study_file.name}: {entry} drops the base policy's {dropped}"

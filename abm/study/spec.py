@@ -115,7 +115,8 @@ class Block(Section):
     grid: dict[str, list[Any]] = Field(default_factory=dict, description=(
         "Dotted field path -> list of values; runs cover every combination (applied after overrides)."))
     policies: list[dict[str, Any]] | None = Field(None, description=(
-        "Policies to compare, each {name: NAME, <param>: value}; default: the base scenario's policy."))
+        "Policies to compare, each {name: NAME, <param>: value}, each replacing the base scenario's policy "
+        "whole (parameters not given take the policy's defaults); default: the base scenario's policy."))
     objectives: list[str | None] | None = Field(None, description=(
         "Learning objectives 'perspective:family[:param]' (null keeps the scenario's); default: [null]."))
 
