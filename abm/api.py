@@ -345,10 +345,12 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
     this process (no Dask; a plugin class defined in a notebook works only so); ``workers=N`` a
     local Dask cluster of N processes, ``workers=None`` one per core; ``scheduler`` an existing
     Dask cluster (whose workers must be able to import any plugin the study uses). ``order``:
-    policies (NAME or NAME:VARIANT) whose runs start first, as ``abm study --order``; ``skip``:
+    policies (NAME or NAME:VARIANT, a sequence or one comma-separated string) whose runs start
+    first, as ``abm study --order``; ``skip``:
     runs to leave out, a ledger CSV (its ``run_id`` column, as ``--skip``) or the run ids."""
     from abm.study import load_study, run_study, study_from_dict
     from abm.study.execute import read_held
+    from abm.study.spec import order_items
 
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     if isinstance(study_file_or_dict, dict):
@@ -364,7 +366,7 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
         held = {str(run_id) for run_id in skip}
     outcome = run_study(spec, folder, scheduler=scheduler, workers=None if scheduler else workers,
                         retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet,
-                        order=[order] if isinstance(order, str) else list(order), skip=held)
+                        order=order_items(order), skip=held)
     return StudyResult(folder=folder, name=spec.name, outcome=outcome)
 
 

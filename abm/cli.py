@@ -236,12 +236,13 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
     """Run a population study (grid x policies x objectives x seeds); resumable. Exit 1 if a run failed."""
     from abm.study import load_study, run_study
     from abm.study.execute import read_held
+    from abm.study.spec import order_items
 
     spec = load_study(study_file, list(set_))
     held = read_held(skip) if skip is not None else frozenset()
     outcome = run_study(spec, out or Path("outputs") / "studies" / spec.name, scheduler=scheduler, workers=workers,
                         retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet,
-                        order=[item.strip() for item in order.split(",") if item.strip()] if order else [],
+                        order=order_items(order),
                         skip=held)
     for run_id, error in outcome.failures.items():
         typer.echo(f"failed: {run_id}: {error}", err=True)

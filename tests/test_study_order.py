@@ -124,3 +124,23 @@ def test_a_folder_another_study_holds_is_refused(cli, tmp_path):
     assert done.returncode == 2
     assert done.stderr == f"error: {out}: another study is running in this folder\n"
     assert not (out / "runs").exists() or not any((out / "runs").iterdir())
+
+
+@pytest.mark.parametrize("order, items", [("random", ["random"]), ("random, approve_all", ["random", "approve_all"]),
+                                          ("bisim_ppo:full,,", ["bisim_ppo:full"]), ("", []),
+                                          (["random", " approve_all "], ["random", "approve_all"]), ((), [])])
+def test_order_items_read_the_cli_string_and_a_sequence_alike(order, items):
+    from abm.study.spec import order_items
+
+    assert order_items(order) == items
+
+
+def test_the_python_api_reads_a_comma_separated_order_as_the_cli_does(tmp_path):
+    """``abm.study(order="a,b")`` is ``--order a,b``: two items (it was one, refused as naming no
+    policy)."""
+    import abm
+
+    result = abm.study(SMOKE, out=tmp_path / "a", order="random, approve_all")
+    assert result.outcome.succeeded == 8
+    with pytest.raises(UserError, match="'nobody' names no policy"):
+        abm.study(SMOKE, out=tmp_path / "b", order="random,nobody")

@@ -30,6 +30,7 @@ import contextlib
 import csv
 import errno
 import fcntl
+import functools
 import io
 import json
 import logging
@@ -118,16 +119,22 @@ def _clock() -> tuple[float, float, float]:
     return time.time(), time.perf_counter(), time.process_time()
 
 
+@functools.cache
+def _processor() -> str:
+    """The processor's model name (read once per process: it does not change under a worker)."""
+    model = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    return model or platform.processor() or platform.machine()
+
+
 def machine() -> str:
     """The processor a run was computed on, and torch's CPU kernels where torch is loaded
     (``Intel(R) Xeon(R) Processor; torch 2.13.0 AVX512``). A learned lender's training is
     deterministic on one machine, not across processors: float kernels differ (docs/MODEL.md,
     "Table 1 at 10 seeds"), so a run's digest is reproduced where this label is the same."""
-    model = ""
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as handle:
-            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
-    model = model or platform.processor() or platform.machine()
+    model = _processor()
     torch = sys.modules.get("torch")
     if torch is not None:
         with contextlib.suppress(Exception):

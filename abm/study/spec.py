@@ -30,6 +30,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -262,6 +263,13 @@ def names_policy(item: str, label: str) -> bool:
     if not (label == name or label.startswith(name + "(")):
         return False
     return not variant or f"variant={variant}" in label[len(name):]
+
+
+def order_items(order: str | Iterable[str]) -> list[str]:
+    """``--order``'s items: a comma-separated string (the CLI's form, also accepted by the Python
+    API) or a sequence of NAME / NAME:VARIANT, stripped, empty items dropped."""
+    items = order.split(",") if isinstance(order, str) else [str(item) for item in order]
+    return [item.strip() for item in items if item.strip()]
 
 
 def order_runs(study: Study, order: list[str] | tuple[str, ...]) -> list[RunSpec]:
