@@ -27,6 +27,7 @@ import json
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -357,6 +358,8 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
         spec = study_from_dict(apply_overrides(study_file_or_dict, overrides), "study")
     else:
         spec = load_study(study_file_or_dict, overrides)
+    for notice in spec.notices:  # an entry that drops the base policy's parameters (abm study: "warning:")
+        warnings.warn(notice, UserWarning, stacklevel=2)
     folder = Path(out) if out is not None else Path("outputs") / "studies" / spec.name
     if skip is None:
         held: set[str] = set()

@@ -37,7 +37,8 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario or study fil
             if "study" in data or "base" in data and "grid" in data:
                 from abm.study import load_study
 
-                load_study(f, list(set_))
+                for notice in load_study(f, list(set_)).notices:
+                    typer.echo(f"warning: {notice}", err=True)
             else:
                 load_scenario(f, list(set_))
             typer.echo(f"{f}: ok")
@@ -239,6 +240,8 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
     from abm.study.spec import order_items
 
     spec = load_study(study_file, list(set_))
+    for notice in spec.notices:
+        typer.echo(f"warning: {notice}", err=True)
     held = read_held(skip) if skip is not None else frozenset()
     outcome = run_study(spec, out or Path("outputs") / "studies" / spec.name, scheduler=scheduler, workers=workers,
                         retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet,

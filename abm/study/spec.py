@@ -250,6 +250,7 @@ class Study:
     document: dict[str, Any]  # the study file with overrides applied and the base inlined
     grid_keys: list[str]
     runs: list[RunSpec] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)  # warnings for the user (``base_policy_notices``)
 
     @property
     def configurations(self) -> int:
@@ -508,4 +509,36 @@ def study_from_dict(raw: dict[str, Any], source: Path | str = "study") -> Study:
     keys = list(dict.fromkeys(k for _, _, grid, _, _ in _blocks(doc) for k in grid))
     document = json.loads(doc.model_dump_json())
     document["base"] = base
-    return Study(doc.study.name, doc.study.seed, str(source), document, keys, runs)
+    return Study(doc.study.name, doc.study.seed, str(source), document, keys, runs,
+                 base_policy_notices(doc, base, str(source)))
+
+
+def base_policy_notices(doc: StudyFile, base: dict[str, Any], source: str) -> list[str]:
+    """One warning per policy entry that names the base scenario's policy but leaves out some of
+    the base's non-default parameters: an entry replaces the base's policy whole (nothing is
+    merged), so such an entry runs that policy at its defaults for those parameters, which is
+    rarely what the author meant (table2.yaml's ``{name: classifier}`` once ran the classifier
+    with a burn-in as long as the run)."""
+    policy = base.get("policy")
+    if not isinstance(policy, dict) or not isinstance(policy.get("name"), str):
+        return []
+    name = policy["name"]
+    try:
+        given = registry.validate_params(name, {k: v for k, v in policy.items() if k != "name"}).model_dump(mode="json")
+        defaults = registry.validate_params(name, {}).model_dump(mode="json")
+    except (UserError, ValueError, TypeError):  # a base policy the entries replace may be invalid
+        return []
+    changed = {k: v for k, v in given.items() if defaults.get(k) != v}
+    notices = []
+    for entry in dict.fromkeys(json.dumps(e, sort_keys=True) for _, _, _, entries, _ in _blocks(doc)
+                               for e in entries or []):
+        entry = json.loads(entry)
+        if entry.get("name") != name:
+            continue
+        dropped = {k: v for k, v in changed.items() if k not in entry}
+        if dropped:
+            shown = ", ".join(f"{k}: {json.dumps(v)}" for k, v in dropped.items())
+            notices.append(f"{source}: policies: {policy_label(entry)} replaces the base scenario's policy whole, "
+                           f"so it runs without the base's {shown} (that is, at {name}'s defaults); "
+                           "write them in the entry to keep them")
+    return notices
