@@ -80,12 +80,11 @@ def study_rows(folder: Path) -> pd.DataFrame:
         return pd.DataFrame(columns=[*IDENTITY, *COST, *PROVENANCE])
     final = final_rows(study, folder).reset_index(drop=True)
     times = latest_run_times(folder)
-    for col in COST:
-        final[col] = [times[col].get(r) if col in times else None for r in final["run_id"]]
-    final["code"] = [recorded_fingerprint(folder / "runs" / r) or "unknown" for r in final["run_id"]]
-    final["episodes_sha256"] = [digest(folder / "runs" / r / "episodes.parquet") for r in final["run_id"]]
+    added = {col: [times[col].get(r) if col in times else None for r in final["run_id"]] for col in COST}
+    added["code"] = [recorded_fingerprint(folder / "runs" / r) or "unknown" for r in final["run_id"]]
+    added["episodes_sha256"] = [digest(folder / "runs" / r / "episodes.parquet") for r in final["run_id"]]
     extras = pd.DataFrame([policy_extra(folder / "runs" / r) for r in final["run_id"]], index=final.index)
-    final = pd.concat([final, extras], axis=1)
+    final = pd.concat([final, pd.DataFrame(added, index=final.index), extras], axis=1)  # at once: not fragmented
     first = [c for c in (*IDENTITY, "episode", "eval_episodes") if c in final.columns]
     last = [*COST, *PROVENANCE]
     middle = [c for c in final.columns if c not in first and c not in last and c not in extras.columns]

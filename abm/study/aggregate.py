@@ -93,7 +93,8 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         grouped = study.groupby(keys, dropna=False, sort=False)
         stats = grouped[metrics].agg(["mean", "std"])
         stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
-        summary = stats.join(grouped.size().rename("count")).reset_index()
+        # copy(): one block, not one per metric (10 groups: pandas warned "highly fragmented")
+        summary = stats.join(grouped.size().rename("count")).copy().reset_index()
         summary = summary.sort_values(["config", "episode"], kind="stable").reset_index(drop=True)
     else:
         summary = pd.DataFrame(columns=[*keys, "count"])
