@@ -3,7 +3,9 @@ training budget"): each run's final episode, averaged over its evaluation episod
 report/seed_tables.md; two-sided p for the difference of two methods' means over their seeds.
 
     python benchmarks/seed002_budget_stats.py outputs/studies/table5-budget-session \
-        ppo,bisim_ppo ppo,elbert_po --metrics cumulative_return,recall_gap
+        ppo,bisim_ppo ppo,elbert_po --metrics cumulative_return,recall_gap,recall_mean,recall_sd
+
+(``recall_mean`` / ``recall_sd``: over the groups' recalls, with more than two groups, as Table 5.)
 
 ``--pool FOLDER`` adds the runs of another study of the same scenario and budget (e.g. a
 session study holding only the methods the first one left out) to the first folder's. A ledger
@@ -34,8 +36,13 @@ def finals(folder: str) -> pd.DataFrame:
             print(f"{folder}: no study.parquet (render it with: abm report {folder})", file=sys.stderr)
             raise SystemExit(2)
         out = final_rows(pd.read_parquet(table), folder).copy()
+    out = out.copy()  # one block: a wide ledger (10 groups) read column by column warns "fragmented"
     out["method"] = out["policy"].str.extract(r"^([a-z_]+)", expand=False) + \
         out["policy"].str.contains("variant=full").map({True: "_full", False: ""})
+    recalls = [c for c in out.columns if c.startswith("recall_G")]
+    if len(recalls) > 2:  # Table 5's columns, as report/seed_tables.md computes them
+        out["recall_mean"] = out[recalls].astype(float).mean(axis=1)
+        out["recall_sd"] = out[recalls].astype(float).std(axis=1, ddof=0)
     return out
 
 

@@ -49,6 +49,25 @@ def test_pool_joins_another_studys_runs_to_the_first_folders(tmp_path):
     assert 0 < p < 0.01
 
 
+def test_recall_mean_and_sd_over_many_groups_are_table_5s_columns(tmp_path):
+    """With more than two groups, recall_mean / recall_sd are the mean and population SD (ddof 0)
+    of the groups' recalls, as report/seed_tables.md's Recall Mean / Recall SD."""
+    rows = []
+    for policy, recalls in {"ppo": [[1.0, 0.5, 0.0], [1.0, 1.0, 0.4]], "elbert_po": [[1.0] * 3, [1.0, 1.0, 0.7]]}.items():
+        for r, values in enumerate(recalls):
+            rows.append({"run_id": f"{policy}-abc-r{r}", "episode": 0, "group": "table5", "policy": policy,
+                         "seed": r, **{f"recall_G{k + 1}": v for k, v in enumerate(values)}})
+    folder = tmp_path / "s"
+    folder.mkdir()
+    pd.DataFrame(rows).to_parquet(folder / "study.parquet")
+    done = stats(str(folder), "ppo,elbert_po", "--metrics", "recall_mean,recall_sd")
+    assert done.returncode == 0, done.stderr
+    mean, sd = [line for line in done.stdout.splitlines() if "Welch" in line]
+    assert "recall_mean: ppo 0.65 (n=2) - elbert_po 0.95 (n=2)" in mean
+    assert "per seed ppo [0.5, 0.8]" in mean
+    assert "per seed ppo [0.408, 0.283], elbert_po [0.0, 0.141]" in sd
+
+
 @pytest.mark.parametrize("where", ["first", "pool"])
 def test_a_folder_without_study_parquet_exits_with_one_line(tmp_path, where):
     good = study(tmp_path / "good", "g", {"ppo(backend=lean)": [1.0, 2.0]})
