@@ -350,10 +350,12 @@ def sb3_cartpole_reference(steps: int = CARTPOLE_STEPS, seed: int = 0) -> dict[s
     import torch
     from stable_baselines3 import PPO
 
+    from policies.deep.learner import quiet_logger
     from policies.deep.ppo import PPOParams, ppo_kwargs
 
     torch.set_num_threads(1)
     model = PPO("MlpPolicy", gymnasium.make("CartPole-v1"), seed=seed, **ppo_kwargs(PPOParams()))
+    model.set_logger(quiet_logger())
     w0, c0 = _clocks()
     model.learn(steps)
     w1, c1 = _clocks()

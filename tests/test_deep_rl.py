@@ -350,3 +350,17 @@ def test_eval_episodes_run_further_episodes_and_the_tables_average_them(tmp_path
     expected = np.mean([own["cumulative_return"].iloc[-1], *[r["cumulative_return"] for r in rows]])
     row = [line for line in text.splitlines() if line.startswith("| ppo")][0]
     assert f"| 1 | 3 | {expected:.2f} |" in row
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_sb3_training_leaves_no_log_folder_in_the_temporary_directory(name, tmp_path, monkeypatch):
+    """SB3's default logger makes an empty SB3-<date> folder in the temporary directory on every
+    ``learn``; the lenders give it a logger with no outputs."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    params = FAST_PPO if name == "ppo" else FAST_DQN
+    policy, _ = trained(name, **{**params, "backend": "sb3"}, total_timesteps=300)
+    assert policy.learner.num_timesteps >= 300
+    assert [p.name for p in tmp_path.glob("SB3-*")] == []  # (torch may keep its own caches there)

@@ -165,6 +165,15 @@ class SB3Hooks(BaseCallback):
         buf.advantages = np.asarray(adjusted, dtype=np.float32).reshape(shape)
 
 
+def quiet_logger():
+    """An SB3 logger with no outputs. Left to itself, SB3's ``learn`` configures a logger that
+    makes an empty ``SB3-<date>`` folder in the temporary directory on every call; the lenders
+    log through the run folder instead (``policy/training.csv``). Logging draws no random numbers."""
+    from stable_baselines3.common.logger import Logger
+
+    return Logger(folder=None, output_formats=[])
+
+
 class SB3Learner(abc.ABC):
     """A ``Learner`` on a Stable-Baselines3 algorithm (one training env, ``MlpPolicy``)."""
 
@@ -200,6 +209,7 @@ class SB3Learner(abc.ABC):
 
     def build(self, env) -> None:
         self.model = self.algorithm("MlpPolicy", env, seed=self.seed, **self.algorithm_kwargs())
+        self.model.set_logger(quiet_logger())
 
     def learn(self, total_timesteps: int, on_step: StepHook | None = None,
               adjust_advantages: AdvantageAdjuster | None = None) -> None:
