@@ -7,12 +7,17 @@ report/seed_tables.md; two-sided p for the difference of two methods' means over
 
 (``recall_mean`` / ``recall_sd``: over the groups' recalls, with more than two groups, as Table 5.)
 
+``--label PARAM,...`` tells apart configurations of one method that differ in a policy parameter:
+a run whose policy sets PARAM is the method ``name[PARAM=value]`` (``elbert_po[alpha=20000]``;
+a run at the default keeps the plain name).
+
 ``--pool FOLDER`` adds the runs of another study of the same scenario and budget (e.g. a
 session study holding only the methods the first one left out) to the first folder's. A ledger
 of runs (``benchmarks/study_ledger.py``, a .csv) stands wherever a study folder does.
 """
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -39,6 +44,22 @@ def finals(folder: str) -> pd.DataFrame:
     out = out.copy()  # one block: a wide ledger (10 groups) read column by column warns "fragmented"
     out["method"] = out["policy"].str.extract(r"^([a-z_]+)", expand=False) + \
         out["policy"].str.contains("variant=full").map({True: "_full", False: ""})
+    return out
+
+
+def label(out: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    """Append ``[PARAM=value]`` to the method of each run whose policy label sets PARAM."""
+    for param in params:
+        values = out["policy"].str.extract(rf"[(,]{param}=([^,)]+)", expand=False)
+        if values.isna().all():
+            print(f"--label {param}: no run's policy sets {param} (policies: "
+                  f"{', '.join(sorted(out['policy'].unique()))})", file=sys.stderr)
+            raise SystemExit(2)
+        out["method"] = out["method"].where(values.isna(), out["method"] + "[" + param + "=" + values + "]")
+    return out
+
+
+def recall_columns(out: pd.DataFrame) -> pd.DataFrame:
     recalls = [c for c in out.columns if c.startswith("recall_G")]
     if len(recalls) > 2:  # Table 5's columns, as report/seed_tables.md computes them
         out["recall_mean"] = out[recalls].astype(float).mean(axis=1)
@@ -53,11 +74,18 @@ def main() -> None:
     ap.add_argument("--metrics", default="cumulative_return,recall_gap,credit_gap")
     ap.add_argument("--pool", action="append", default=[], metavar="FOLDER",
                     help="another study of the same scenario and budget whose runs join the first folder's")
+    ap.add_argument("--label", default="", metavar="PARAM,...",
+                    help="policy parameters whose values join the method name (elbert_po[alpha=20000])")
     args = ap.parse_args()
+    params = [p for p in args.label.split(",") if p]
+    bad = [p for p in params if not re.fullmatch(r"[a-z_][a-z0-9_]*", p)]
+    if bad:
+        ap.error(f"argument --label: {bad[0]!r} is not a policy parameter name")
     final = finals(args.folder)
     if args.pool:
         group = final["group"].iloc[0]
         final = pd.concat([final, *(finals(f).assign(group=group) for f in args.pool)], ignore_index=True)
+    final = recall_columns(label(final, params))
     for group, part in final.groupby("group", sort=False):
         print(f"## {group}: methods {sorted(part['method'].unique())}")
         for pair in args.pairs:

@@ -68,6 +68,31 @@ def test_recall_mean_and_sd_over_many_groups_are_table_5s_columns(tmp_path):
     assert "per seed ppo [0.408, 0.283], elbert_po [0.0, 0.141]" in sd
 
 
+def test_label_tells_apart_configurations_of_one_method_by_a_policy_parameter(tmp_path):
+    folder = study(tmp_path / "s", "table5", {"elbert_po(backend=lean)": [1.0, 2.0, 3.0],
+                                             "elbert_po(alpha=20000,backend=lean)": [5.0, 6.0, 7.0],
+                                             "elbert_po(alpha=2000.0,backend=lean)": [9.0, 9.5, 10.0]})
+    done = stats(str(folder), "elbert_po[alpha=20000],elbert_po", "elbert_po[alpha=2000.0],elbert_po[alpha=20000]",
+                 "--metrics", "cumulative_return", "--label", "alpha")
+    assert done.returncode == 0, done.stderr
+    assert "methods ['elbert_po', 'elbert_po[alpha=2000.0]', 'elbert_po[alpha=20000]']" in done.stdout
+    first, second = [line for line in done.stdout.splitlines() if "Welch" in line]
+    assert "elbert_po[alpha=20000] 6 (n=3) - elbert_po 2 (n=3) = +4" in first
+    assert "elbert_po[alpha=2000.0] 9.5 (n=3) - elbert_po[alpha=20000] 6 (n=3) = +3.5" in second
+    unlabelled = stats(str(folder), "elbert_po,elbert_po", "--metrics", "cumulative_return")
+    assert "methods ['elbert_po']" in unlabelled.stdout  # without --label the three are one method
+
+
+@pytest.mark.parametrize("value, message", [
+    ("Alpha!", "error: argument --label: 'Alpha!' is not a policy parameter name"),
+    ("beta_smooth", "--label beta_smooth: no run's policy sets beta_smooth (policies: ppo(backend=lean))")])
+def test_a_bad_label_is_refused_in_one_line(tmp_path, value, message):
+    folder = study(tmp_path / "s", "t", {"ppo(backend=lean)": [1.0, 2.0]})
+    done = stats(str(folder), "ppo,ppo", "--label", value)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.strip().startswith(message), done.stderr
+
+
 @pytest.mark.parametrize("where", ["first", "pool"])
 def test_a_folder_without_study_parquet_exits_with_one_line(tmp_path, where):
     good = study(tmp_path / "good", "g", {"ppo(backend=lean)": [1.0, 2.0]})
