@@ -13,7 +13,9 @@ a run at the default keeps the plain name).
 
 ``--pool FOLDER`` adds the runs of another study of the same scenario and budget (e.g. a
 session study holding only the methods the first one left out) to the first folder's. A ledger
-of runs (``benchmarks/study_ledger.py``, a .csv) stands wherever a study folder does.
+of runs (``benchmarks/study_ledger.py``, a .csv) stands wherever a study folder does. A run in
+more than one of them (the same ``run_id``: a ledger that copied another's rows) counts once; two
+copies whose episodes digests differ are two computations of one run and are refused.
 """
 from __future__ import annotations
 
@@ -45,6 +47,21 @@ def finals(folder: str) -> pd.DataFrame:
     out["method"] = out["policy"].str.extract(r"^([a-z_]+)", expand=False) + \
         out["policy"].str.contains("variant=full").map({True: "_full", False: ""})
     return out
+
+
+def once_per_run(final: pd.DataFrame) -> pd.DataFrame:
+    """Each run once: a run in several pooled sources (the same ``run_id``) would otherwise count as
+    that many seeds. Copies whose ``episodes_sha256`` differ (where both have one) are refused."""
+    if "run_id" not in final:
+        return final
+    if "episodes_sha256" in final:
+        digests = final.dropna(subset=["episodes_sha256"]).groupby("run_id")["episodes_sha256"].nunique()
+        clash = digests[digests > 1]
+        if len(clash):
+            print(f"--pool: run {clash.index[0]} is in more than one source with different episodes digests "
+                  "(two computations of one run); pool sources that agree", file=sys.stderr)
+            raise SystemExit(2)
+    return final.drop_duplicates("run_id", keep="first").reset_index(drop=True)
 
 
 def label(out: pd.DataFrame, params: list[str]) -> pd.DataFrame:
@@ -84,7 +101,8 @@ def main() -> None:
     final = finals(args.folder)
     if args.pool:
         group = final["group"].iloc[0]
-        final = pd.concat([final, *(finals(f).assign(group=group) for f in args.pool)], ignore_index=True)
+        final = once_per_run(pd.concat([final, *(finals(f).assign(group=group) for f in args.pool)],
+                                       ignore_index=True))
     final = recall_columns(label(final, params))
     for group, part in final.groupby("group", sort=False):
         print(f"## {group}: methods {sorted(part['method'].unique())}")

@@ -19,7 +19,7 @@ def study(folder: Path, name: str, methods: dict[str, list[float]]) -> Path:
     for policy, values in methods.items():
         for r, value in enumerate(values):
             for episode in (0, 1):
-                rows.append({"run_id": f"{policy.split('(')[0]}-abc-r{r}", "episode": episode, "group": name,
+                rows.append({"run_id": f"{policy}-r{r}", "episode": episode, "group": name,
                              "policy": policy, "seed": r, "cumulative_return": value if episode else 0.0,
                              "recall_gap": 0.1 * r})
     folder.mkdir(parents=True)
@@ -47,6 +47,40 @@ def test_pool_joins_another_studys_runs_to_the_first_folders(tmp_path):
     assert "bisim_dqn_full 21.33 (n=3) - bisim_dqn 6 (n=3) = +15.33" in second
     p = float(first.split("Welch p = ")[1].split(";")[0])
     assert 0 < p < 0.01
+
+
+def ledger(path: Path, runs: dict[str, tuple[str, float, str]]) -> Path:
+    """A ledger CSV as study_ledger.py writes it: run_id -> (policy, cumulative_return, digest)."""
+    rows = [{"run_id": run_id, "config_id": run_id.split("-")[1], "config": policy,
+             "group": "t", "groups": "t", "policy": policy, "objective": "none", "replicate": r, "seed": r,
+             "episode": 9, "eval_episodes": 1, "cumulative_return": value, "recall_gap": 0.0, "wall_s": 1.0,
+             "cpu_s": 1.0, "load_1m": 0.0, "started": "2026-12-05T00:00:00Z", "host": "h", "backend": "b",
+             "machine": "m", "code": "c", "episodes_sha256": digest}
+            for r, (run_id, (policy, value, digest)) in enumerate(runs.items())]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_a_run_in_the_first_source_and_a_pool_counts_once(tmp_path):
+    """A ledger that copied another's rows (table5-elbert-alpha.csv holds table5.csv's alpha = 2e5
+    runs) pooled with it: each run is one seed, not two."""
+    base = {f"ppo-aa-r{r}": ("ppo(backend=lean)", v, f"d{r}") for r, v in enumerate([10.0, 12.0, 14.0])}
+    other = {f"dqn-bb-r{r}": ("dqn(backend=lean)", v, f"e{r}") for r, v in enumerate([1.0, 2.0, 4.0])}
+    first = ledger(tmp_path / "first.csv", {**base, **other})
+    pool = ledger(tmp_path / "pool.csv", base)
+    done = stats(str(first), "ppo,dqn", "--metrics", "cumulative_return", "--pool", str(pool))
+    assert done.returncode == 0, done.stderr
+    assert "ppo 12 (n=3) - dqn 2.333 (n=3)" in done.stdout
+    assert "per seed ppo [10.0, 12.0, 14.0]," in done.stdout
+
+
+def test_two_computations_of_one_run_are_refused_in_one_line(tmp_path):
+    first = ledger(tmp_path / "first.csv", {"ppo-aa-r0": ("ppo(backend=lean)", 10.0, "d0"),
+                                            "ppo-aa-r1": ("ppo(backend=lean)", 11.0, "d1")})
+    pool = ledger(tmp_path / "pool.csv", {"ppo-aa-r1": ("ppo(backend=lean)", 11.5, "OTHER")})
+    done = stats(str(first), "ppo,ppo", "--metrics", "cumulative_return", "--pool", str(pool))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("--pool: run ppo-aa-r1 is in more than one source with different episodes digests")
 
 
 def test_recall_mean_and_sd_over_many_groups_are_table_5s_columns(tmp_path):
