@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import platform
+import resource
 import shutil
 import sys
 import time
@@ -115,8 +116,15 @@ def record_failure(failed_dir: Path, run_id: str, error: str, trace: str) -> Non
     _atomic_write(failed_dir / f"{run_id}.json", json.dumps(record, indent=2))
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process (every thread) and of its children that have ended and been
+    waited for: a Bisimulator's helper processes (``ABM_PHASE_WORKERS``) count to the run."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def _clock() -> tuple[float, float, float]:
-    return time.time(), time.perf_counter(), time.process_time()
+    return time.time(), time.perf_counter(), cpu_seconds()
 
 
 @functools.cache
@@ -144,10 +152,10 @@ def machine() -> str:
 
 def _cost(start: tuple[float, float, float]) -> dict[str, Any]:
     """What a run cost, measured on its worker: wall and CPU seconds (the worker process's, every
-    thread of it), its start (UTC), the machine's 1-minute load average as it ended and the
-    processor (``machine``)."""
+    thread of it, and its helper processes'), its start (UTC), the machine's 1-minute load
+    average as it ended and the processor (``machine``)."""
     epoch, wall, cpu = start
-    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+    return {"wall_s": time.perf_counter() - wall, "cpu_s": cpu_seconds() - cpu,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)), "host": os.uname().nodename,
             "load_1m": os.getloadavg()[0], "machine": machine()}
 
