@@ -15,16 +15,21 @@ from conftest import SCENARIOS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-# a small seed-002 lending market (200 applicants); the policy is PPO's initial one (256 decisions)
+# a small seed-002 lending market (200 applicants); the policy is PPO's after its first rollout
 SMALL = {"family": "credit_score", "name": "tiny", "population": {"size": 200},
          "episodes": {"count": 1, "horizon": 256}, "outputs": {"events": False}}
 TRUE = np.array([1.0, 1.0, -1.0, -1.0])  # (c+ G1, c+ G2, c- G1, c- G2): Table 3's true changes
 
 
 def trainer(seed=0, **params):
+    """A Bisimulator with no outer iteration behind it: SB3's PPO collects a whole rollout of
+    n_steps = 512 decisions whatever total_timesteps says, so outer_steps is set above it (with
+    the default 512 a full dynamics phase of N = 300 ran while building every trainer, ~20 s)."""
     sc = validate_scenario_dict({**SMALL, "seed": seed, "policy": {"name": "bisim_ppo", "total_timesteps": 256,
-                                                                     **params}})
-    return simulation(sc).policy.bisimulator  # trained for 256 decisions: no outer iteration yet
+                                                                     "outer_steps": 1024, **params}})
+    tr = simulation(sc).policy.bisimulator
+    assert tr.iteration == 0 and not tr.bisim.history  # no outer iteration, no phase yet
+    return tr
 
 
 def test_j_dyn_of_one_omega_is_identical_across_candidates_given_the_phase_seed():
@@ -81,12 +86,12 @@ def test_probes_start_from_the_live_training_state():
 
 def test_phase_recovers_the_seeds_direction_on_a_small_market():
     """Seed 002 §5.1: "Bisimulator has learned to provide higher credit increase upon loan repayment
-    to the disadvantaged group". 200 applicants, PPO's initial policy, one phase of N = 40
+    to the disadvantaged group". 200 applicants, PPO after its first rollout, one phase of N = 40
     One-Plus-One candidates from the true (1, 1 | -1, -1), eight seeds; the statistic is the learned
     c+ of G2 minus that of G1, tested with a one-sided sign test over the non-zero differences
     (p < 0.05). A difference of exactly 0 is the box's corner c+ = 0 for both groups, where no
     repayment moves an observed score and the groups' observation dynamics agree trivially. As
-    measured: 7 of 8 positive (0.07-1.48), one 0, none negative; sign test p = 0.008."""
+    measured: 8 of 8 positive (0.12-2.00); sign test p = 0.004 (docs/MODEL.md, "Direction")."""
     from scipy.stats import binomtest
 
     diffs = []

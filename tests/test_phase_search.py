@@ -173,8 +173,10 @@ def test_a_bad_phase_workers_exits_2_from_abm_run(tmp_path):
 
 @needs_fork
 def test_a_dynamics_phase_with_helpers_is_the_phase_without(monkeypatch):
-    """The whole phase on a small market (200 applicants, PPO's initial policy, N = 40): the same
-    omega and J_dyn with one helper as without, and the helper scored some of the candidates."""
+    """The whole phase on a small market (200 applicants, N = 40): the same omega and J_dyn with
+    one helper as without, and the helper scored some of the candidates. Each trainer has already
+    run one phase with the same W while training (SB3's first rollout of 512 decisions reaches
+    outer_steps), so training with helpers is checked too."""
     from abm.build import simulation
     from abm.config import validate_scenario_dict
 
