@@ -261,3 +261,29 @@ def test_a_helper_that_cannot_be_started_leaves_fewer_helpers(monkeypatch):
         assert len(helpers) == 1
         told, from_helpers = search.one_plus_one(optimizer(2), 120, objective, helpers)
     assert same(told, plain(2)) and from_helpers > 30
+
+
+@needs_fork
+def test_helpers_in_a_dask_workers_study_change_no_file(tmp_path, monkeypatch):
+    """A study's runs on a local Dask worker (a daemonic, multithreaded process) fork their helpers
+    too: every run file is the same as the in-process study's without helpers."""
+    import hashlib
+
+    import abm
+
+    study = {"study": {"name": "helpers", "seed": 7, "episodes": 2, "seeds": 2},
+             "base": str(SCENARIOS / "lending-credit.yaml"), "overrides": {"population.size": 200},
+             "policies": [{"name": "bisim_ppo", "backend": "lean", "total_timesteps": 1024, "outer_steps": 256,
+                           "dynamics_every": 2, "dynamics_iterations": 30, "dynamics_rollout": 64, "probe_envs": 3}]}
+    monkeypatch.delenv("ABM_PHASE_WORKERS", raising=False)
+    abm.study(study, workers=0, out=tmp_path / "plain")
+    monkeypatch.setenv("ABM_PHASE_WORKERS", "2")  # the Dask workers inherit the environment
+    abm.study(study, workers=1, out=tmp_path / "helpers")
+
+    def digests(folder):
+        return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted((folder / "runs").rglob("*")) if p.is_file() and p.name != "summary.json"}
+
+    plain, helped = digests(tmp_path / "plain"), digests(tmp_path / "helpers")
+    assert plain == helped and any(name.endswith("episodes.parquet") for name in plain)
+    assert any(name.endswith("policy/bisimulator.csv") for name in plain)  # the runs did have phases
