@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -24,13 +23,10 @@ TARGET = np.array([0.3, 1.2, -0.5, -1.7])
 
 
 def optimizer(seed: int, budget: int = 120):
-    """The dynamics phase's search as ``Bisimulator.dynamics_phase`` sets it up."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        param = nevergrad.p.Array(init=np.array([1.0, 1.0, -1.0, -1.0])).set_bounds(LOW, HIGH)
-    param.set_mutation(sigma=float(np.min(HIGH - LOW)) / 6.0)
-    param.random_state = np.random.RandomState(seed)
-    return nevergrad.optimizers.OnePlusOne(parametrization=param, budget=budget)
+    """The dynamics phase's search (``Bisimulator.dynamics_phase`` builds it the same way)."""
+    from policies.deep.search import one_plus_one_optimizer
+
+    return one_plus_one_optimizer(np.array([1.0, 1.0, -1.0, -1.0]), LOW, HIGH, budget, seed)
 
 
 def objective(omega: np.ndarray) -> float:

@@ -57,7 +57,6 @@ import contextlib
 import gc
 import inspect
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal, Protocol, runtime_checkable
 
@@ -73,7 +72,7 @@ from policies.deep.common import DeepLender
 from policies.deep.dqn import DQNLearner, DQNParams
 from policies.deep.learner import Learner, records_arrays
 from policies.deep.ppo import PPOLearner, PPOParams
-from policies.deep.search import Helpers, one_plus_one, phase_workers
+from policies.deep.search import Helpers, one_plus_one, one_plus_one_optimizer, phase_workers
 
 SEED_BOUND = 2**31 - 1
 
@@ -530,8 +529,6 @@ class Bisimulator:
         phase's draws (``PhaseDraws``) and T_psi's warm start (fitted on a dataset of the
         warm-start seeds, so no candidate is favoured): their J_dyn differ by omega alone.
         """
-        import nevergrad as ng  # here, not at the top: a 4 s import, and `abm policies` imports this module
-
         if len(inspect.signature(collect).parameters) == 2:  # an older collect(omega, seed): one seed per phase
             legacy = collect
 
@@ -541,12 +538,7 @@ class Bisimulator:
         phase_seed, search_seed = (int(x) for x in self.rng.integers(SEED_BOUND, size=2))
         draws = PhaseDraws.draw(np.random.default_rng(phase_seed), n_probes, self.G, self.p.quantiles)
         self.fit_dynamics(collect(start, draws, True), epochs=fit_epochs, rng=np.random.default_rng(draws.fit_seed))
-        with warnings.catch_warnings():  # nevergrad warns about its default sigma, replaced just below
-            warnings.simplefilter("ignore")
-            param = ng.p.Array(init=start).set_bounds(spec.low, spec.high)
-        param.set_mutation(sigma=float(np.min(spec.high - spec.low)) / 6.0)  # 3 sigma inside the box
-        param.random_state = np.random.RandomState(search_seed)
-        opt = ng.optimizers.OnePlusOne(parametrization=param, budget=self.p.dynamics_iterations)
+        opt = one_plus_one_optimizer(start, spec.low, spec.high, self.p.dynamics_iterations, search_seed)
         # every candidate's T_psi starts from the same warm-started weights, so J_dyn compares
         # omegas rather than how long the model has been training
         snapshot = self.dynamics.state()

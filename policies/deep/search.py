@@ -58,6 +58,20 @@ def phase_workers() -> int:
     return n
 
 
+def one_plus_one_optimizer(start: np.ndarray, low: np.ndarray, high: np.ndarray, budget: int, seed: int):
+    """The dynamics phase's search: nevergrad's OnePlusOne over the box [low, high] from ``start``,
+    its Gaussian step a sixth of the box's narrowest side (3 sigma inside the box), its random
+    state seeded by ``seed``."""
+    import nevergrad as ng  # here, not at the top: a 4 s import, and `abm policies` imports the Bisimulator
+
+    with warnings.catch_warnings():  # nevergrad warns about its default sigma, replaced just below
+        warnings.simplefilter("ignore")
+        param = ng.p.Array(init=start).set_bounds(low, high)
+    param.set_mutation(sigma=float(np.min(high - low)) / 6.0)
+    param.random_state = np.random.RandomState(seed)
+    return ng.optimizers.OnePlusOne(parametrization=param, budget=budget)
+
+
 def _value(candidate) -> np.ndarray:
     return np.asarray(candidate.value, dtype=float)
 
