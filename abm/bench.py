@@ -372,31 +372,32 @@ def sb3_cartpole_reference(steps: int = CARTPOLE_STEPS, seed: int = 0) -> dict[s
     return {"decisions": float(model.num_timesteps), "wall_s": w1 - w0, "cpu_s": c1 - c0}
 
 
-def lender_training(name: str, steps: int, sets: tuple[str, ...] = (), seed: int = 0,
-                    env: dict[str, str] | None = None) -> dict[str, float]:
-    """Wall and CPU time of training lender ``name`` for ``steps`` decisions on lending-credit.yaml
-    (the policy's ``prepare``, which ``simulation`` calls; everything it does is counted, the
-    Bisimulator's dynamics phases and their helper processes included), with the environment
-    variables ``env`` set meanwhile."""
+def train_lender(name: str, steps: int, sets: tuple[str, ...] = (), seed: int = 0,
+                 env: dict[str, str] | None = None) -> tuple[Any, float, float]:
+    """Lender ``name`` trained for ``steps`` decisions on lending-credit.yaml (the policy's
+    ``prepare``, which ``simulation`` calls), with the environment variables ``env`` set
+    meanwhile: the simulation, and the wall and CPU seconds its construction took (everything the
+    training does, the Bisimulator's dynamics phases and their helper processes included)."""
+    from unittest import mock
+
     from abm.build import simulation
     from abm.config import load_scenario
 
     sc = load_scenario(LENDING, [f"seed={seed}", f"policy.name={name}", f"policy.total_timesteps={steps}", *sets])
     if name.startswith("bisim"):
         import nevergrad  # noqa: F401  (a 4 s import the dynamics phase would otherwise time)
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    try:
+    with mock.patch.dict(os.environ, env or {}):
         w0, c0 = _clocks()
         sim = simulation(sc)
         w1, c1 = _clocks()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return {"decisions": float(sim.policy.learner.num_timesteps), "wall_s": w1 - w0, "cpu_s": c1 - c0}
+    return sim, w1 - w0, c1 - c0
+
+
+def lender_training(name: str, steps: int, sets: tuple[str, ...] = (), seed: int = 0,
+                    env: dict[str, str] | None = None) -> dict[str, float]:
+    """Decisions, wall and CPU seconds of ``train_lender``."""
+    sim, wall, cpu = train_lender(name, steps, sets, seed, env)
+    return {"decisions": float(sim.policy.learner.num_timesteps), "wall_s": wall, "cpu_s": cpu}
 
 
 def training_speed(figures: dict[str, tuple[str, int, tuple[str, ...], int]] | None = None,

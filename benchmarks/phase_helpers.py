@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from oneline import OneLineParser, positive
@@ -32,16 +31,12 @@ def workers_list(text: str) -> list[int]:
 
 
 def train(workers: int, steps: int, seed: int) -> dict:
-    from abm.bench import LENDING
-    from abm.build import simulation
-    from abm.config import load_scenario
+    from abm.bench import train_lender
 
-    os.environ["ABM_PHASE_WORKERS"] = str(workers)
-    sc = load_scenario(LENDING, [f"seed={seed}", "policy.name=bisim_ppo", f"policy.total_timesteps={steps}",
-                                 "policy.backend=lean"])
-    start = time.perf_counter()
-    trainer = simulation(sc).policy.bisimulator
-    return {"workers": workers, "wall_s": round(time.perf_counter() - start, 2),
+    sim, wall, _ = train_lender("bisim_ppo", steps, ("policy.backend=lean",), seed,
+                                env={"ABM_PHASE_WORKERS": str(workers)})
+    trainer = sim.policy.bisimulator
+    return {"workers": workers, "wall_s": round(wall, 2),
             "phase_s": [round(x, 2) for x in trainer.phase_seconds],
             "helper_scores_used": [u for u, _ in trainer.from_helpers],
             "helper_scores_made": [m for _, m in trainer.from_helpers],
@@ -55,8 +50,6 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     counts = args.workers
-    import nevergrad  # noqa: F401  (its 4 s import is no part of the first figure)
-
     rows = [train(w, args.steps, args.seed) for w in counts]
     for row in rows:
         print(json.dumps(row))
