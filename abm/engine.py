@@ -19,7 +19,7 @@ instead yields one ``DecisionRequest`` per applicant and waits for its action.
 from __future__ import annotations
 
 import itertools
-import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -31,24 +31,6 @@ from abm.agents import Applicant, Bank, Group
 from abm.errors import UserError
 from abm.eventlog import EventKind, EventLog
 from abm.world import BlockArrivals, PolicyContext, World
-
-class _AgentIdCounters(weakref.WeakKeyDictionary):
-    """Mesa 3.3's per-model agent-id counters (``mesa.Agent._ids``, a class-level defaultdict
-    keyed by model) hold every model ever built, so no simulation was freed (+2 MB per default
-    run in one process, e.g. a Dask worker). The same counters, keyed weakly: a model's counter
-    goes when the model does; ids are numbered from 1 per model exactly as before."""
-
-    def __getitem__(self, model):
-        try:
-            return super().__getitem__(model)
-        except KeyError:
-            counter = itertools.count(1)
-            self[model] = counter
-            return counter
-
-
-if not isinstance(mesa.Agent._ids, _AgentIdCounters):
-    mesa.Agent._ids = _AgentIdCounters()
 
 # Named random streams, spawned in this order from the scenario seed. Adding a stream at the
 # end never changes the others.
@@ -125,9 +107,11 @@ class Simulation(mesa.Model):
         # worlds that sample arrivals in blocks commit those up to now before each review
         self._collect_arrivals = self.world.collect_arrivals if isinstance(self.world, BlockArrivals) else None
         self.log = EventLog(enabled=enabled, group_names=list(self.world.group_names))
-        self.groups = [Group(self, g, name, start, stop)
-                       for g, (name, (start, stop)) in enumerate(zip(self.world.group_names, self.world.group_slices))]
-        self.bank = Bank(self)
+        self._agent_ids = itertools.count(1)  # Mesa's unique_id of this model's agents (see _numbering)
+        with self._numbering():
+            self.groups = [Group(self, g, name, start, stop) for g, (name, (start, stop))
+                           in enumerate(zip(self.world.group_names, self.world.group_slices))]
+            self.bank = Bank(self)
         if policy is None and policy_factory is not None:
             policy = policy_factory(self.world.policy_context(), self.rngs["policy"])
         if policy is None and not external:
@@ -149,11 +133,25 @@ class Simulation(mesa.Model):
         return self.scenario.episodes.horizon
 
     # -- agents -----------------------------------------------------------------------------
+    @contextmanager
+    def _numbering(self):
+        """Mesa 3.3 draws an agent's ``unique_id`` from ``mesa.Agent._ids[model]``, a class-level
+        dict that keeps every model it has seen, and so every simulation, alive for the life of
+        the process (mesa#3179; Mesa 3.4 numbers agents in ``Model.register_agent`` instead). The
+        simulation keeps its own counter and lends it to that dict only while it creates agents:
+        ids still run 1, 2, ... per model, and the dict holds no simulation once it is made."""
+        mesa.Agent._ids[self] = self._agent_ids
+        try:
+            yield
+        finally:
+            mesa.Agent._ids.pop(self, None)
+
     def applicant(self, agent_id: int) -> Applicant:
         """The Mesa agent for row ``agent_id`` (created on first use)."""
         agent = self._applicants.get(agent_id)
         if agent is None:
-            agent = self._applicants[agent_id] = Applicant(self, agent_id)
+            with self._numbering():
+                agent = self._applicants[agent_id] = Applicant(self, agent_id)
         return agent
 
     # -- the bank ---------------------------------------------------------------------------
@@ -182,9 +180,11 @@ class Simulation(mesa.Model):
         self.log.extend(times, self.episode, agent_ids, w.cols["group"][agent_ids], EventKind.APPLY,
                         w.amount(agent_ids), w.wealth_of(agent_ids))
         ids = agent_ids.tolist()
-        for i in ids if self.track_applicants else ():
-            if i not in self._applicants:
-                self._applicants[i] = Applicant(self, i)
+        if self.track_applicants:
+            with self._numbering():
+                for i in ids:
+                    if i not in self._applicants:
+                        self._applicants[i] = Applicant(self, i)
         self.bank.queue.extend(ids)
 
     def applications_left(self) -> int:

@@ -168,8 +168,9 @@ def test_a_run_computed_by_other_code_is_set_aside_not_reused(tmp_path, eutopia_
 
 
 def test_a_finished_simulation_is_freed(eutopia_small):
-    """Mesa 3.3 keeps every model in ``Agent._ids``; the engine makes that registry weak, so many
-    runs in one process (a Dask worker) do not accumulate simulations."""
+    """Mesa 3.3 keeps every model in ``Agent._ids``; the engine lends it a model's id counter only
+    while it creates agents, so many runs in one process (a Dask worker) do not accumulate
+    simulations, and each model still numbers its agents 1, 2, ..."""
     import gc
     import weakref
 
@@ -181,7 +182,8 @@ def test_a_finished_simulation_is_freed(eutopia_small):
     for seed in range(5):
         sim = simulation(eutopia_small("episodes.count=1", f"seed={seed}"))
         sim.run()
-        assert sim.agents  # Mesa agents were registered (ids drawn from the per-model counter)
+        ids = sorted(agent.unique_id for agent in sim.agents)  # Mesa agents were registered
+        assert ids == list(range(1, len(ids) + 1)) and len(ids) > 3, ids[:5]  # numbered per model
         refs.append(weakref.ref(sim))
         del sim
     gc.collect()
