@@ -177,32 +177,6 @@ def test_probe_decide_is_the_adapters_step():
     assert ends >= 1  # 600 decisions cross the end of a 256-step episode
 
 
-def test_gaussian_model_fit_is_its_steps_bit_for_bit():
-    """``GaussianModel.fit`` (the phase's T_psi refit: flat Adam, one gather) is ``step`` on each
-    minibatch in turn: the same weights and Adam moments, bit for bit, including a short last minibatch."""
-    from policies.deep.bisimulator import GaussianModel
-
-    rng = np.random.default_rng(0)
-    n, n_in, k = 150, 8, 3
-    x = np.hstack([rng.integers(1, 8, (n, 1)), rng.random((n, n_in - 1))])
-    base = x[:, :k]
-    target = base + rng.normal(0, 0.7, (n, k))
-    orders = [rng.permutation(n) for _ in range(4)]
-    one, two = (GaussianModel(n_in, 16, k, 1e-2, np.random.default_rng(1)) for _ in range(2))
-    for m in (one, two):  # a warm model with a non-zero last layer and Adam state
-        m.step(x[:64], base[:64], target[:64])
-    for order in orders:
-        for s in range(0, n, 64):
-            one.step(x[order[s:s + 64]], base[order[s:s + 64]], target[order[s:s + 64]])
-    two.fit(x, base, target, orders, 64)
-    assert one.t == two.t == 1 + 4 * 3
-    for name in one.params:
-        np.testing.assert_array_equal(one.params[name], two.params[name])
-        np.testing.assert_array_equal(one.m[name], two.m[name])
-        np.testing.assert_array_equal(one.v[name], two.v[name])
-    np.testing.assert_array_equal(one.predict(x, base)[1], two.predict(x, base)[1])
-
-
 BAD = [  # (scenario file, --set, a word the one-line message names)
     ("admissions.yaml", "bank.admit_failure=cheap", "admit_failure"),
     ("admissions.yaml", "bank.admit_failure=1e9", "admit_failure"),

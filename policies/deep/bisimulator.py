@@ -40,8 +40,8 @@ candidate's omega; ``fresh`` starts from a newly generated population instead. T
 ``dynamics_rollout`` decisions are split over ``probe_envs`` simulations stepped side by side,
 so each step is one batched policy forward; each probe is advanced by ``ProbeEnv.decide`` (the
 calls ``AbmEnv.step`` makes, without its info and record dicts) into preallocated record arrays.
-What a candidate costs beyond that is T_psi's refit (``GaussianModel.fit``: ``step``'s arithmetic
-in fewer numpy calls) and the probe simulations' own events and construction, the engine's.
+What a candidate costs beyond that is T_psi's refit (``GaussianModel.fit``, hand-fused
+numpy) and the probe simulations' own events and construction, the engine's.
 
 Outer loop (L2-17). Every ``outer_steps`` decisions (one PPO rollout, K = 1 update) D is the
 rollout just collected; M reward iterations run on it; in the full variant a dynamics phase of
@@ -247,40 +247,23 @@ class GaussianModel:
         out = np.tanh(x @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
         return base + out[:, :k], np.clip(out[:, k:], *self.LOG_SD)
 
-    def step(self, x: np.ndarray, base: np.ndarray, target: np.ndarray) -> float:
-        """One Adam step on the mean negative log-likelihood (constant dropped) of a minibatch."""
-        p, k, n = self.params, self.k, len(x)
-        h = np.tanh(x @ p["W1"] + p["b1"])
-        out = h @ p["W2"] + p["b2"]
-        raw = out[:, k:]
-        log_sd = np.clip(raw, *self.LOG_SD)
-        inv_var = np.exp(-2.0 * log_sd)
-        err = target - (base + out[:, :k])
-        loss = float(np.mean(np.sum(0.5 * err**2 * inv_var + log_sd, axis=1)))
-        d_out = np.empty_like(out)
-        d_out[:, :k] = -err * inv_var / n
-        inside = (raw >= self.LOG_SD[0]) & (raw <= self.LOG_SD[1])
-        d_out[:, k:] = (1.0 - err**2 * inv_var) / n * inside
-        d_h = (d_out @ p["W2"].T) * (1.0 - h**2)
-        grads = {"W2": h.T @ d_out, "b2": d_out.sum(0), "W1": x.T @ d_h, "b1": d_h.sum(0)}
-        self.t += 1
-        c1, c2 = 1.0 - 0.9**self.t, 1.0 - 0.999**self.t
-        for name, g in grads.items():
-            m, v = self.m[name], self.v[name]
-            m *= 0.9
-            m += 0.1 * g
-            v *= 0.999
-            v += 0.001 * g * g
-            p[name] -= (self.lr / c1) * m / (np.sqrt(v) / math.sqrt(c2) + 1e-8)
-        return loss
-
     def fit(self, x: np.ndarray, base: np.ndarray, target: np.ndarray, orders: list[np.ndarray], batch: int) -> None:
-        """``step`` on the minibatches ``order[s:s + batch]`` of each order in ``orders``, in turn:
-        the same arithmetic in the same order, so the same weights bit for bit (tests/
-        test_bisim_fidelity.py), without the loss (nobody reads it) and with fewer numpy calls:
-        the minibatches gathered in one indexing, the weights, gradients and Adam moments as
-        views of flat vectors (Adam's update is elementwise: one pass over all four arrays), the
-        intermediate arrays reused. The dynamics phase refits T_psi 60 times per candidate."""
+        """One Adam step on the mean negative log-likelihood (constant dropped) of each minibatch
+        ``order[s:s + batch]`` of each order in ``orders``, in turn. For a minibatch of n rows:
+
+            h = tanh(x W1 + b1),  out = h W2 + b2,  mean = base + out[:, :k]
+            log_sd = clip(out[:, k:], -5, 2),  e = target - mean,  w = exp(-2 log_sd)
+            loss = mean over rows of sum(0.5 e^2 w + log_sd)
+            d out[:, :k] = -e w / n,  d out[:, k:] = (1 - e^2 w) / n (0 where clipped)
+            d h = (d out W2^T) (1 - h^2),  grads: W2 h^T d out, b2 sum d out, W1 x^T d h, b1 sum d h
+            Adam (t counts steps): m = 0.9 m + 0.1 g,  v = 0.999 v + 0.001 g^2,
+                                   w -= lr / (1 - 0.9^t) m / (sqrt(v) / sqrt(1 - 0.999^t) + 1e-8)
+
+        Fused by hand because the dynamics phase refits T_psi 60 times per candidate: the
+        minibatches gathered in one indexing, the weights, gradients and Adam moments as views of
+        flat vectors (Adam's update is elementwise: one pass over all four arrays), intermediate
+        arrays reused, no loss computed (nobody reads it). Reordering any operation changes the
+        floats, and with them the Bisimulator cases of benchmarks/golden.py."""
         if not orders:
             return
         k = self.k
@@ -418,11 +401,7 @@ class Bisimulator:
         x = self._reward_inputs(data)
         target = np.asarray(data["reward"], float)[:, None]
         zero = np.zeros_like(target)
-        for _ in range(epochs):
-            order = self.rng.permutation(len(x))
-            for s in range(0, len(x), batch):
-                idx = order[s:s + batch]
-                self.reward_model.step(x[idx], zero[idx], target[idx])
+        self.reward_model.fit(x, zero, target, [self.rng.permutation(len(x)) for _ in range(epochs)], batch)
         return self.reward_model.predict(x, zero)[0][:, 0]
 
     def _pairs(self, data):
@@ -493,7 +472,7 @@ class Bisimulator:
         target = data["next_obs"][:, self.keep].astype(float)
         n = len(target)
         rng = self.rng if rng is None else rng
-        # one Adam step per minibatch of each epoch's permutation (GaussianModel.fit: step's arithmetic)
+        # one Adam step per minibatch of each epoch's permutation 
         self.dynamics.fit(x, base, target, [rng.permutation(n) for _ in range(epochs)], batch)
 
     def j_dyn(self, data, pairing: Callable[[np.ndarray, np.ndarray], tuple] | None = None) -> float:
