@@ -198,35 +198,41 @@ class AbmEnv(gymnasium.Env):
         return obs.copy(), self._info()
 
     def step(self, action):
-        req = self._req
-        if req is None:
-            raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")
         a = int(action) if isinstance(action, (int, np.integer)) else int(np.asarray(action).reshape(()))
         if a not in (REJECT, APPROVE):
             raise gymnasium.error.InvalidAction(f"action must be 0 (reject) or 1 (approve), got {action!r}")
-        world = self.sim.world
-        before = self._reward_total()
-        agent_id, group, outcome, obs_before = self._pending
-        decided = {"agent_id": agent_id, "group": group, "action": a, "outcome": outcome,
-                   "obs": obs_before.copy()}
-        req.decided.succeed(a)
-        alive = self._advance()
-        reward = self._reward_total() - before
+        (agent_id, group, outcome, obs_before), reward, alive = self.decide(a)
         # the decided applicant as the agent sees it after the decision resolved (transition
         # data for dynamics models, e.g. the Bisimulator's T_psi(s' | s, a, g))
+        decided = {"agent_id": agent_id, "group": group, "action": a, "outcome": outcome,
+                   "obs": obs_before.copy(), "next_obs": self.observe_one(agent_id), "reward": float(reward)}
+        info = self._info() if alive else {"episode_metrics": dict(self.sim.episode_rows[-1])}
+        info["decided"] = decided
+        return self._last_obs.copy(), float(reward), False, not alive, info
+
+    def decide(self, action: int) -> tuple[tuple[int, int, bool, np.ndarray], float, bool]:
+        """``step`` without checking the action and without its info and record dicts (for loops
+        that step many adapters, e.g. the Bisimulator's probe rollouts): answers the pending
+        request with ``action`` (0 or 1) and runs the clock to the next one. Returns the request
+        decided (agent_id, group, true outcome, observation), the reward and whether the gym
+        episode goes on; the next observation is ``_last_obs`` (the last one when it ended)."""
+        req = self._req
+        if req is None:
+            raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")
+        before = self._reward_total()
+        decided = self._pending
+        req.decided.succeed(action)
+        alive = self._advance()
+        reward = self._reward_total() - before
+        if alive:
+            self._last_obs = self._pending[3]
+        return decided, reward, alive
+
+    def observe_one(self, agent_id: int) -> np.ndarray:
+        """Applicant ``agent_id`` as the agent sees it now (a new float32 row)."""
         one = self._one
         one[0] = agent_id
-        decided["next_obs"] = self._obs(world.observe(one)[0])
-        decided["reward"] = float(reward)
-        if alive:
-            obs = self._pending[3]
-            info = self._info()
-        else:
-            obs = self._last_obs
-            info = {"episode_metrics": dict(self.sim.episode_rows[-1])}
-        info["decided"] = decided
-        self._last_obs = obs
-        return obs.copy(), float(reward), False, not alive, info
+        return self._obs(self.sim.world.observe(one)[0])
 
     def close(self) -> None:
         self.sim = None

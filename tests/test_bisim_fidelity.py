@@ -147,36 +147,6 @@ def test_j_rew_on_each_outcome_makes_approving_worse_than_rejecting_and_on_r_pi_
     assert gains["realized"] < 0 < gains["policy"], gains
 
 
-def test_probe_decide_is_the_adapters_step():
-    """The probe rollouts step through ``ProbeEnv.decide`` (no info or record dicts): the same
-    trajectory and the same records as ``AbmEnv.step``, from the live state, across an episode end."""
-    from policies.deep.bisimulator import ProbeEnv
-
-    tr = trainer()
-    sc = tr.raw_env.scenario
-    a, b = ProbeEnv(sc), ProbeEnv(sc)
-    a.source = b.source = tr.raw_env.sim.world
-    actions = np.random.default_rng(0).integers(0, 2, 600)
-    obs_a, obs_b = a.reset(seed=5)[0], b.reset(seed=5)[0]
-    ends = 0
-    row, nxt = np.empty(len(obs_a), np.float32), np.empty(len(obs_a), np.float32)
-    for t, act in enumerate(actions):
-        o, reward, _, truncated, info = a.step(int(act))
-        group, outcome, r, alive = b.decide(int(act), row, nxt)
-        d = info["decided"]
-        assert (group, outcome, r, alive) == (d["group"], d["outcome"], d["reward"], not truncated)
-        assert r == reward
-        np.testing.assert_array_equal(row, d["obs"])
-        np.testing.assert_array_equal(nxt, d["next_obs"])
-        if truncated:
-            ends += 1
-            o, obs_b = a.reset(seed=t)[0], b.reset(seed=t)[0]
-        else:
-            obs_b = b._pending[3]
-        np.testing.assert_array_equal(o, obs_b)
-    assert ends >= 1  # 600 decisions cross the end of a 256-step episode
-
-
 BAD = [  # (scenario file, --set, a word the one-line message names)
     ("admissions.yaml", "bank.admit_failure=cheap", "admit_failure"),
     ("admissions.yaml", "bank.admit_failure=1e9", "admit_failure"),

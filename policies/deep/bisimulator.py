@@ -38,10 +38,10 @@ default) every probe simulation starts from the training world as it is when the
 (scores, histories, who is still in the pool: the world's ``copy_state_from``), under the
 candidate's omega; ``fresh`` starts from a newly generated population instead. The
 ``dynamics_rollout`` decisions are split over ``probe_envs`` simulations stepped side by side,
-so each step is one batched policy forward; each probe is advanced by ``ProbeEnv.decide`` (the
-calls ``AbmEnv.step`` makes, without its info and record dicts) into preallocated record arrays.
-What a candidate costs beyond that is T_psi's refit (``GaussianModel.fit``, hand-fused
-numpy) and the probe simulations' own events and construction, the engine's.
+so each step is one batched policy forward; each probe is advanced by ``AbmEnv.decide`` (the
+adapter's step without its info and record dicts) into preallocated record arrays. What a
+candidate costs beyond that is T_psi's refit (``GaussianModel.fit``, hand-fused numpy) and the
+probe simulations' own events and construction, the engine's.
 
 Outer loop (L2-17). Every ``outer_steps`` decisions (one PPO rollout, K = 1 update) D is the
 rollout just collected; M reward iterations run on it; in the full variant a dynamics phase of
@@ -562,29 +562,6 @@ class ProbeEnv(AbmEnv):
         if self.source is not None:
             self.sim.world.copy_state_from(self.source)
 
-    def decide(self, action: int, obs_row: np.ndarray, next_row: np.ndarray) -> tuple[int, bool, float, bool]:
-        """``step(action)`` for the probe rollouts: the same calls ``AbmEnv.step`` makes on the
-        simulation, in the same order (so the same trajectory), without its info and record
-        dicts. Writes the decided applicant's observation before and after the decision into
-        ``obs_row`` and ``next_row``; returns (group, true outcome, reward, alive), the next
-        request's observation being ``self._pending[3]`` while alive."""
-        req = self._req
-        if req is None:
-            raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")
-        world = self.sim.world
-        before = self._reward_total()
-        agent_id, group, outcome, obs_before = self._pending
-        obs_row[...] = obs_before
-        req.decided.succeed(action)
-        alive = self._advance()
-        reward = self._reward_total() - before
-        one = self._one
-        one[0] = agent_id
-        next_row[...] = world.observe(one)[0]  # float32 row: the adapter's _obs cast
-        if alive:  # AbmEnv.step keeps the last observation when the episode ends
-            self._last_obs = self._pending[3]
-        return group, outcome, float(reward), alive
-
 
 def behaviour_probs(learner: Learner, obs: np.ndarray) -> np.ndarray:
     """P(approve) of the learner's behaviour policy per observation row: PPO's pi(approve | s);
@@ -697,9 +674,10 @@ class BisimTrainer:
                 np.less(u[t], (1.0 - eps) * p + 0.5 * eps, out=act, casting="unsafe")  # behaviour_probs
                 obs_t, next_t = rec_obs[t], rec_next[t]
                 for b, env in enumerate(envs):
-                    group[t, b], outcome[t, b], reward[t, b], alive = env.decide(int(act[b]), obs_t[b], next_t[b])
+                    (agent_id, group[t, b], outcome[t, b], obs_t[b]), reward[t, b], alive = env.decide(int(act[b]))
+                    next_t[b] = env.observe_one(agent_id)
                     done[t, b] = not alive
-                    obs[b] = env._pending[3] if alive else \
+                    obs[b] = env._last_obs if alive else \
                         self._reset(env, int(restart[b].integers(SEED_BOUND)), restart[b])
         for env in envs:
             env.source = None  # no reference to the training world between phases
