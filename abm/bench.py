@@ -73,11 +73,7 @@ def eutopia_scenario(n: int, *, per_capita: bool = True, extra: tuple[str, ...] 
 
 
 def _clocks() -> tuple[float, float]:
-    """Wall time, and the CPU time of this process and of its reaped children (the Bisimulator's
-    helper processes, ``ABM_PHASE_WORKERS``)."""
-    from abm.study.execute import cpu_seconds
-
-    return time.perf_counter(), cpu_seconds()
+    return time.perf_counter(), time.process_time()
 
 
 def _welch_p(a: np.ndarray, b: np.ndarray) -> float:
@@ -336,9 +332,6 @@ TRAINING_FIGURES: dict[str, tuple[str, int, tuple[str, ...], int]] = {
     "dqn": ("dqn", 8_000, ("policy.backend=lean",), 2),  # learning starts after 1,000: mostly steady state
     # the full variant at the cadence of docs/MODEL.md: 5,120 decisions hold one dynamics phase
     "bisim_ppo": ("bisim_ppo", 5_120, ("policy.backend=lean",), 1),
-    # the same with one speculative helper process per phase (FIGURE_ENV; the same training, bit
-    # for bit): wall time on two cores, CPU time of both processes
-    "bisim_ppo_2w": ("bisim_ppo", 5_120, ("policy.backend=lean",), 1),
     "ppo_sb3": ("ppo", 2_048, (), 1),
     "dqn_sb3": ("dqn", 4_000, (), 1),
 }
@@ -348,9 +341,6 @@ WARMUP_SETS: dict[str, tuple[str, ...]] = {
     "bisim_ppo": ("policy.dynamics_iterations=2", "policy.outer_steps=256"),  # a phase of 2 candidates
     "dqn": ("policy.learning_starts=128",), "dqn_sb3": ("policy.learning_starts=128",)}  # gradient steps too
 WARMUP_STEPS = 512
-#: figure -> environment variables set while it trains (execution settings outside the scenario)
-FIGURE_ENV: dict[str, dict[str, str]] = {"bisim_ppo": {"ABM_PHASE_WORKERS": "1"},
-                                         "bisim_ppo_2w": {"ABM_PHASE_WORKERS": "2"}}
 
 
 def sb3_cartpole_reference(steps: int = CARTPOLE_STEPS, seed: int = 0) -> dict[str, float]:
@@ -372,32 +362,20 @@ def sb3_cartpole_reference(steps: int = CARTPOLE_STEPS, seed: int = 0) -> dict[s
     return {"decisions": float(model.num_timesteps), "wall_s": w1 - w0, "cpu_s": c1 - c0}
 
 
-def train_lender(name: str, steps: int, sets: tuple[str, ...] = (), seed: int = 0,
-                 env: dict[str, str] | None = None) -> tuple[Any, float, float]:
+def lender_training(name: str, steps: int, sets: tuple[str, ...] = (), seed: int = 0) -> dict[str, float]:
     """Lender ``name`` trained for ``steps`` decisions on lending-credit.yaml (the policy's
-    ``prepare``, which ``simulation`` calls), with the environment variables ``env`` set
-    meanwhile: the simulation, and the wall and CPU seconds its construction took (everything the
-    training does, the Bisimulator's dynamics phases and their helper processes included)."""
-    from unittest import mock
-
+    ``prepare``, which ``simulation`` calls): the decisions, and the wall and CPU seconds the
+    simulation's construction took (everything the training does, dynamics phases included)."""
     from abm.build import simulation
     from abm.config import load_scenario
 
     sc = load_scenario(LENDING, [f"seed={seed}", f"policy.name={name}", f"policy.total_timesteps={steps}", *sets])
     if name.startswith("bisim"):
         import nevergrad  # noqa: F401  (a 4 s import the dynamics phase would otherwise time)
-    with mock.patch.dict(os.environ, env or {}):
-        w0, c0 = _clocks()
-        sim = simulation(sc)
-        w1, c1 = _clocks()
-    return sim, w1 - w0, c1 - c0
-
-
-def lender_training(name: str, steps: int, sets: tuple[str, ...] = (), seed: int = 0,
-                    env: dict[str, str] | None = None) -> dict[str, float]:
-    """Decisions, wall and CPU seconds of ``train_lender``."""
-    sim, wall, cpu = train_lender(name, steps, sets, seed, env)
-    return {"decisions": float(sim.policy.learner.num_timesteps), "wall_s": wall, "cpu_s": cpu}
+    w0, c0 = _clocks()
+    sim = simulation(sc)
+    w1, c1 = _clocks()
+    return {"decisions": float(sim.policy.learner.num_timesteps), "wall_s": w1 - w0, "cpu_s": c1 - c0}
 
 
 def training_speed(figures: dict[str, tuple[str, int, tuple[str, ...], int]] | None = None,
@@ -416,7 +394,7 @@ def training_speed(figures: dict[str, tuple[str, int, tuple[str, ...], int]] | N
     # bisim_ppo figures in one process took 2.6 s (20%) longer than the others
     sb3_cartpole_reference(steps=256)
     for key, (name, _, sets, _) in figures.items():
-        lender_training(name, WARMUP_STEPS, (*sets, *WARMUP_SETS.get(key, ())), seed=10**6, env=FIGURE_ENV.get(key))
+        lender_training(name, WARMUP_STEPS, (*sets, *WARMUP_SETS.get(key, ())), seed=10**6)
     totals = {key: {"decisions": 0.0, "wall_s": 0.0, "cpu_s": 0.0, "load": []} for key in figures}
     refs = []
     for k in range(rounds):
@@ -425,7 +403,7 @@ def training_speed(figures: dict[str, tuple[str, int, tuple[str, ...], int]] | N
             if k >= n_rounds:
                 continue
             log(f"  round {k + 1}/{rounds}: {key}, {steps:,} decisions ({' '.join(sets) or 'backend sb3'}) ...")
-            r = lender_training(name, steps, sets, seed=k, env=FIGURE_ENV.get(key))
+            r = lender_training(name, steps, sets, seed=k)
             for field in ("decisions", "wall_s", "cpu_s"):
                 totals[key][field] += r[field]
             totals[key]["load"].append(os.getloadavg()[0])

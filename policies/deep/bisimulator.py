@@ -29,9 +29,7 @@ Common random numbers (``PhaseDraws``). All candidates of one phase share every 
 the probe simulations' seeds, the uniform numbers that turn the policy's P(approve) into actions
 (a generator of the phase, never torch's global one), the quantile pairing's tie-breaks and
 pair positions, T_psi's warm start and minibatch order. J_dyn of one omega is therefore the same
-number whenever it is evaluated in the phase, and two candidates differ only by omega. That is
-also what lets a phase use helper processes (``ABM_PHASE_WORKERS``, ``policies.deep.search``):
-a candidate scored in a fork of this process scores what it would score here.
+number whenever it is evaluated in the phase, and two candidates differ only by omega.
 
 Probes (L9: "Collect dataset D of trajectories using pi_theta"). With ``probe_start: live`` (the
 default) every probe simulation starts from the training world as it is when the phase runs
@@ -53,10 +51,10 @@ collected under phi_{k-1}, omega_{k-1}).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import inspect
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal, Protocol, runtime_checkable
 
@@ -72,7 +70,6 @@ from policies.deep.common import DeepLender
 from policies.deep.dqn import DQNLearner, DQNParams
 from policies.deep.learner import Learner, records_arrays
 from policies.deep.ppo import PPOLearner, PPOParams
-from policies.deep.search import Helpers, one_plus_one, one_plus_one_optimizer, phase_workers
 
 SEED_BOUND = 2**31 - 1
 
@@ -127,6 +124,20 @@ def with_omega(scenario, spec: Lever, omega: np.ndarray):
     for section, values in spec.fields(omega).items():
         update[section] = getattr(scenario, section).model_copy(update=values)
     return scenario.model_copy(update=update)
+
+
+def one_plus_one_optimizer(start: np.ndarray, low: np.ndarray, high: np.ndarray, budget: int, seed: int):
+    """The dynamics phase's search: nevergrad's OnePlusOne over the box [low, high] from ``start``,
+    its Gaussian step a sixth of the box's narrowest side (3 sigma inside the box), its random
+    state seeded by ``seed``."""
+    import nevergrad as ng  # here, not at the top: a 4 s import, and `abm policies` imports the Bisimulator
+
+    with warnings.catch_warnings():  # nevergrad warns about its default sigma, replaced just below
+        warnings.simplefilter("ignore")
+        param = ng.p.Array(init=start).set_bounds(low, high)
+    param.set_mutation(sigma=float(np.min(high - low)) / 6.0)
+    param.random_state = np.random.RandomState(seed)
+    return ng.optimizers.OnePlusOne(parametrization=param, budget=budget)
 
 
 @runtime_checkable
@@ -364,8 +375,6 @@ class Bisimulator:
         self.reward_model = GaussianModel(len(self.keep) + 2, p.model_hidden, 1, 1e-2, np.random.default_rng([seed, 2]))
         self.omega: np.ndarray | None = None
         self.last_j_dyn: float | None = None  # J_dyn of the last dynamics phase's best omega
-        self.last_from_helpers = 0  # candidates of the last phase scored by helper processes
-        self.last_sent_to_helpers = 0  # ... and how many the helpers scored (the rest mispredicted)
         self.history: list[dict[str, float]] = []
 
     # -- reward ---------------------------------------------------------------------------
@@ -472,7 +481,7 @@ class Bisimulator:
         target = data["next_obs"][:, self.keep].astype(float)
         n = len(target)
         rng = self.rng if rng is None else rng
-        # one Adam step per minibatch of each epoch's permutation 
+        # one Adam step per minibatch of each epoch's permutation
         self.dynamics.fit(x, base, target, [rng.permutation(n) for _ in range(epochs)], batch)
 
     def j_dyn(self, data, pairing: Callable[[np.ndarray, np.ndarray], tuple] | None = None) -> float:
@@ -497,11 +506,8 @@ class Bisimulator:
         return self.j_dyn(data, draws.pairing)
 
     def dynamics_phase(self, collect: Callable[[np.ndarray, "PhaseDraws", bool], dict], spec: Lever,
-                       fit_epochs: int = 15, n_probes: int = 1, workers: int = 1) -> np.ndarray:
+                       fit_epochs: int = 15, n_probes: int = 1) -> np.ndarray:
         """N One-Plus-One iterations over omega (L8-13); returns the best omega seen.
-
-        ``workers`` > 1 forks that many processes less one to score speculated candidates
-        (``policies.deep.search``): the same search and result, in less wall time on idle cores.
 
         ``collect(omega, draws, warm)`` returns a dataset of the current policy under ``omega``
         from the phase's probe seeds (``warm``: its warm-start seeds). Every candidate shares the
@@ -522,27 +528,24 @@ class Bisimulator:
         # omegas rather than how long the model has been training
         snapshot = self.dynamics.state()
 
-        def score(omega: np.ndarray) -> float:
-            return self.evaluate(omega, collect, draws, snapshot, fit_epochs)
-
         # the objects alive now (the training world, the learner, torch and nevergrad) out of the
         # cyclic garbage collector's scans while the candidates' probe simulations come and go:
-        # its collections were a sixth of the phase; nothing computed depends on them (and the
-        # helper processes forked below do not copy pages the collector would have touched)
+        # its collections were a sixth of the phase; nothing computed depends on them
         freeze = gc.get_freeze_count() == 0  # not if the application froze objects of its own
         if freeze:
             gc.freeze()
-        try:  # helpers score the candidates that failures would lead to (policies/deep/search.py)
-            with Helpers(workers - 1, score) if workers > 1 else contextlib.nullcontext() as helpers:
-                told, self.last_from_helpers = one_plus_one(opt, self.p.dynamics_iterations, score, helpers)
-                self.last_sent_to_helpers = helpers.submitted if helpers is not None else 0
+        best, best_loss = start, np.inf
+        try:
+            for _ in range(self.p.dynamics_iterations):
+                cand = opt.ask()
+                omega = np.asarray(cand.value, dtype=float)
+                loss = self.evaluate(omega, collect, draws, snapshot, fit_epochs)
+                opt.tell(cand, loss)
+                if loss < best_loss:
+                    best, best_loss = omega, loss
         finally:
             if freeze:
                 gc.unfreeze()
-        best, best_loss = start, np.inf
-        for omega, loss in told:  # in the order told, as the search saw them
-            if loss < best_loss:
-                best, best_loss = omega, loss
         self.dynamics.load(snapshot)  # the next phase warm-starts from this phase's warm start
         self.omega = best
         self.last_j_dyn = float(best_loss)
@@ -611,9 +614,6 @@ class BisimTrainer:
         self.loaded_omega: np.ndarray | None = None  # omega of a loaded model (config.json)
         self.records: list[dict[str, Any]] = []  # decisions of the current outer iteration
         self.iteration = 0
-        self.phase_seconds: list[float] = []  # wall time of each dynamics phase (benchmarks, MODEL.md)
-        self.phase_workers = phase_workers() if params.variant == "full" else 1  # ABM_PHASE_WORKERS, checked now
-        self.from_helpers: list[tuple[int, int]] = []  # per phase: helper scores used, helper scores made
 
     def attach(self, env: AbmEnv) -> CorrectedReward:
         p = self.p
@@ -727,8 +727,6 @@ class BisimTrainer:
         return out
 
     def outer_iteration(self, k: int, data: dict[str, np.ndarray]) -> None:
-        import time
-
         p, bisim = self.p, self.bisim
         if p.reward_target == "expected":  # J_rew on R_orig(s, a), not on each outcome's own reward
             data = {**data, "reward": bisim.expected_reward(data)}
@@ -741,11 +739,7 @@ class BisimTrainer:
             bisim.reward_iteration(data, pairs)
         row = {"iteration": k, "j_rew_before": before, "j_rew_after": bisim.j_rew(data, pairs)}
         if p.variant == "full" and k % p.dynamics_every == 0:
-            started = time.perf_counter()
-            omega = bisim.dynamics_phase(self.phase_collect, self.spec, n_probes=p.probe_envs,
-                                         workers=self.phase_workers)
-            self.phase_seconds.append(time.perf_counter() - started)
-            self.from_helpers.append((bisim.last_from_helpers, bisim.last_sent_to_helpers))
+            omega = bisim.dynamics_phase(self.phase_collect, self.spec, n_probes=p.probe_envs)
             observation_lever(self.raw_env.sim.world, p.omega_scale).apply(omega)  # live, for the rest of this episode
             self.raw_env.scenario = with_omega(self.raw_env.scenario, self.spec, omega)  # and later ones
             row["omega"] = omega.tolist()
