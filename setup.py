@@ -6,7 +6,10 @@ copies them; a source checkout reads ``scenarios/`` itself)."""
 from setuptools import find_packages, setup
 
 setup(
-    packages=find_packages(include=["abm", "abm.*", "policies", "policies.*"]) + ["abm.scenarios"],
+    # abm.scenarios.studies named too: setuptools warns that a data folder it can see but is not
+    # told about will be left out by a future release
+    packages=find_packages(include=["abm", "abm.*", "policies", "policies.*"])
+    + ["abm.scenarios", "abm.scenarios.studies"],
     package_dir={"abm.scenarios": "scenarios"},
-    package_data={"abm.scenarios": ["*.yaml", "studies/*.yaml"]},
+    package_data={"abm.scenarios": ["*.yaml"], "abm.scenarios.studies": ["*.yaml"]},
 )
