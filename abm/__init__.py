@@ -12,6 +12,9 @@ The Python API (``abm.api``), re-exported here lazily so ``import abm`` stays ch
     abm.load_run("outputs/<run folder>"); abm.study("scenarios/studies/smoke.yaml", workers=2)
 
 ``abm.Policy`` is the base class of a decision module (``policies.base.Policy``).
+
+The distribution (what ``pip install`` names) is ``abm-lending`` (``DISTRIBUTION``): the package
+index's ``abm`` is an unrelated project. The import name and the ``abm`` command stay ``abm``.
 """
 
 import importlib
@@ -21,11 +24,19 @@ import types
 from pathlib import Path
 
 __version__ = "0.1.0"
+# the name pip installs this project by (setup.cfg's ``name``; a test checks the built wheel's)
+DISTRIBUTION = "abm-lending"
 
 _API = ("run", "load_run", "study", "init", "Run", "StudyResult", "bundled_scenarios")
 _BASE = {"Policy": "policies.base", "NoParams": "policies.base", "PolicyContext": "abm.world",
          "UserError": "abm.errors"}
-__all__ = ["__version__", *_API, *_BASE]
+__all__ = ["__version__", "DISTRIBUTION", "pip_install", *_API, *_BASE]
+
+
+def pip_install(extra: str | None = None) -> str:
+    """The command that installs this project, with ``extra`` (``"rl"``, ``"dashboard"``, ...):
+    ``pip install 'abm-lending[rl]'``, as the missing-extra messages print it."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'" if extra else f"pip install {DISTRIBUTION}"
 
 
 def _bind_policies() -> None:

@@ -1,6 +1,8 @@
 """Packaging: `abm init`, the declared dependencies and extras, the files a release carries, the
-example notebook runs end to end, and (slow) a wheel built from the repo installs into a fresh
-venv with no extras and runs `abm validate` and a short heuristic `abm run` without torch."""
+example notebook runs end to end, a wheel built from the repo carries our distribution name
+(`abm-lending`; the package index's `abm` is another project) with `abm`, `policies` and the
+`abm` command, and (slow) it installs into a fresh venv with no extras and runs `abm validate`
+and a short heuristic `abm run` without torch."""
 
 from __future__ import annotations
 
@@ -142,13 +144,82 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None, timeout: float = 18
 
 
 @pytest.fixture(scope="module")
-def fresh_install(tmp_path_factory):
-    """A wheel built from a copy of the repo, installed into a new venv with no extras."""
+def built(tmp_path_factory):
+    """A wheel built from a copy of the repo (a few seconds: no venv, no dependencies)."""
     tmp_path = tmp_path_factory.mktemp("wheel")
     src = _source_copy(tmp_path / "src")
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"),
-          str(src)], cwd=tmp_path)
-    wheel = next((tmp_path / "dist").glob("abm-*.whl"))
+          str(src)], cwd=tmp_path, timeout=300)
+    wheels = list((tmp_path / "dist").glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return {"src": src, "wheel": wheels[0], "tmp": tmp_path}
+
+
+def _dist_info(names: list[str], wheel: Path) -> str:
+    folders = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+    assert len(folders) == 1, (wheel.name, folders)
+    return folders.pop()
+
+
+def test_the_wheel_is_named_ours_and_holds_abm_policies_and_the_abm_command(built):
+    """`pip install abm` would install the package index's unrelated `abm`: the distribution is
+    abm.DISTRIBUTION (setup.cfg's name), while the import name and the command stay `abm`."""
+    import abm
+
+    assert abm.DISTRIBUTION == "abm-lending" and setup_cfg()["metadata"]["name"] == abm.DISTRIBUTION
+    assert abm.pip_install("rl") == "pip install 'abm-lending[rl]'" and abm.pip_install() == "pip install abm-lending"
+    wheel = built["wheel"]
+    assert wheel.name.startswith("abm_lending-" + setup_cfg()["metadata"]["version"] + "-"), wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        info = _dist_info(names, wheel)
+        meta = zf.read(f"{info}/METADATA").decode()
+        entry = configparser.ConfigParser()
+        entry.read_string(zf.read(f"{info}/entry_points.txt").decode())
+    fields = [line.split(": ", 1) for line in meta.split("\n\n")[0].splitlines() if ": " in line]
+    assert [v for k, v in fields if k == "Name"] == [abm.DISTRIBUTION]
+    assert [v for k, v in fields if k == "Version"] == [abm.__version__]
+    assert {n.split("/")[0] for n in names if n.endswith(".py")} == {"abm", "policies"}
+    assert {"abm/__init__.py", "abm/cli.py", "policies/__init__.py", "policies/base.py"} <= set(names)
+    bundled = {n.removeprefix("abm/scenarios/") for n in names if n.startswith("abm/scenarios/")}
+    assert bundled == set(scenario_files(SCENARIOS)) and "studies/smoke.yaml" in bundled  # what `abm init` copies
+    assert dict(entry["console_scripts"]) == {"abm": "abm.cli:main"}
+    extras = {v for k, v in fields if k == "Provides-Extra"}
+    assert {"rl", "dashboard", "dev"} <= extras
+
+
+# `pip install abm`, `"abm[rl]"`, 'abm[...]': the package index's abm, unless the line says it is another project
+_BARE_ABM = re.compile(r"pip install\s+[\"']?abm(?![\w-])")
+
+
+def _bare_install_lines(paths: list[Path]) -> list[str]:
+    return [f"{p.relative_to(ROOT)}: {line.strip()}" for p in paths for line in p.read_text().splitlines()
+            if _BARE_ABM.search(line) and "unrelated" not in line and "another project" not in line]
+
+
+def test_every_install_line_names_our_distribution():
+    """README, guide, examples, Makefile: `abm-lending`, never a bare `abm`."""
+    docs = [ROOT / p for p in ("README.md", "docs/guide.md", "examples/README.md", "examples/plugin_policy/README.md",
+                               "Makefile", "CITATION.cff")]
+    assert _bare_install_lines(docs) == []
+    assert "pip install abm-lending " in docs[0].read_text() and "abm-lending[rl]" in docs[1].read_text()
+    import tomllib
+
+    plugin = tomllib.loads((ROOT / "examples" / "plugin_policy" / "pyproject.toml").read_text())
+    assert "abm-lending" in plugin["project"]["dependencies"] and "abm" not in plugin["project"]["dependencies"]
+
+
+@pytest.mark.xfail(strict=True, reason="pending: abm/cli.py's and abm/registry.py's extras hints still say "
+                   "'abm[...]'; once they use abm.pip_install(extra), delete this marker")
+def test_the_extras_hints_name_our_distribution():
+    """A missing extra's one-line error tells the user a command that installs *this* project."""
+    assert _bare_install_lines(sorted((ROOT / "abm").rglob("*.py"))) == []
+
+
+@pytest.fixture(scope="module")
+def fresh_install(built):
+    """The built wheel, installed into a new venv with no extras."""
+    src, wheel, tmp_path = built["src"], built["wheel"], built["tmp"]
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
