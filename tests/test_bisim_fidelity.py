@@ -91,7 +91,8 @@ def test_phase_recovers_the_seeds_direction_on_a_small_market():
     c+ of G2 minus that of G1, tested with a one-sided sign test over the non-zero differences
     (p < 0.05). A difference of exactly 0 is the box's corner c+ = 0 for both groups, where no
     repayment moves an observed score and the groups' observation dynamics agree trivially. As
-    measured: 8 of 8 positive (0.12-2.00); sign test p = 0.004 (docs/MODEL.md, "Direction")."""
+    measured: 8 of 8 positive (0.12-2.00); sign test p = 0.004 (docs/results/bisimulator.md,
+    "Direction of the learned omega")."""
     from scipy.stats import binomtest
 
     diffs = []
