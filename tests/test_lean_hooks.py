@@ -28,10 +28,10 @@ def test_fair_lenders_take_the_minibatch_hook_on_the_lean_backend(name, renormal
     seen: list[np.ndarray] = []
     original = lean_ppo.ppo_loss
 
-    def spy(net, cfg, rows, inverse, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, norm_adv=None,
+    def spy(net, p, rows, inverse, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values, norm_adv=True,
             value=True):
         seen.append((np.asarray(mb_advantages).copy(), norm_adv))
-        return original(net, cfg, rows, inverse, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values,
+        return original(net, p, rows, inverse, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values,
                         norm_adv=norm_adv, value=value)
 
     monkeypatch.setattr(lean_ppo, "ppo_loss", spy)

@@ -1,22 +1,22 @@
 """Lean PPO: our own PPO on K vectorised worlds, CleanRL-style (one file, the maths in order).
 
-The same algorithm and Table 6 hyperparameters as the Stable-Baselines3 learner in ``ppo.py``
-(``backend: sb3``): separate actor and critic MLPs with one tanh hidden layer of 256 and SB3's
-orthogonal initialisation (gains sqrt 2, 0.01 for the policy head, 1 for the value head); Adam
-(eps 1e-5) with the learning rate annealed linearly to 0; rollouts of ``n_steps`` decisions;
-GAE(gamma, lambda); ``n_epochs`` passes of minibatches of ``batch_size`` with per-minibatch
-advantage normalisation, the clipped surrogate, the value update clipped around the rollout's
-values by the same coefficient (SB3's ``clip_range_vf``), the entropy bonus, gradient-norm
-clipping; a truncated episode (the adapter's time limit) bootstraps its last reward with
-gamma * V(final observation), as SB3 does. What is ours is the plumbing, and it is why this
-learner is fast: one batched forward over the K worlds per step; the 2-action categorical
-computed by hand (log-softmax and a uniform draw; no ``torch.distributions`` object and its
-argument validation); rollout storage in preallocated arrays; the decision records as column
-arrays from ``abm.vector.AbmVectorEnv`` (no info dicts copied); and the forward and backward
-passes of the two small MLPs written out in numpy on one flat weight vector
-(``learner.FlatParams``, ``learner.Adam``: torch.optim.Adam's update), because at these sizes
-torch's per-operation overhead made one minibatch step cost as much as SB3's whole step. The
-gradient is checked against torch autograd on the same loss (tests/test_vector.py).
+The same algorithm as the Stable-Baselines3 learner in ``ppo.py`` (``backend: sb3``), reading the
+same ``ppo.PPOParams`` (seed 002 Table 6): separate actor and critic MLPs with one tanh hidden
+layer of 256 and SB3's orthogonal initialisation (gains sqrt 2, 0.01 for the policy head, 1 for the
+value head); Adam (eps 1e-5) with the learning rate annealed linearly to 0; rollouts of ``n_steps``
+decisions; GAE(gamma, lambda); ``n_epochs`` passes of minibatches of ``batch_size`` with
+per-minibatch advantage normalisation, the clipped surrogate, the value update clipped around the
+rollout's values by the same coefficient (SB3's ``clip_range_vf``), the entropy bonus,
+gradient-norm clipping; a truncated episode (the adapter's time limit) bootstraps its last reward
+with gamma * V(final observation), as SB3 does. What is ours is the plumbing, and it is why this
+learner is fast: one batched forward over the K worlds per step; the 2-action categorical computed
+by hand (log-softmax and a uniform draw; no ``torch.distributions`` object and its argument
+validation); rollout storage in preallocated arrays; the decision records as column arrays from
+``abm.vector.AbmVectorEnv`` (no info dicts copied); and the forward and backward passes of the two
+small MLPs written out in numpy on one flat weight vector (``learner.FlatParams``,
+``learner.Adam``: torch.optim.Adam's update), because at these sizes torch's per-operation overhead
+made one minibatch step cost as much as SB3's whole step. The gradient is checked against torch
+autograd on the same loss (tests/test_vector.py).
 
 How n_steps maps to K worlds: ``n_steps`` is the rollout over all K worlds (Table 6's "batch
 size 512" stays 512 decisions per update, so updates, minibatches and the learning-rate
@@ -31,8 +31,7 @@ its training env). Torch and numpy's BLAS run on one thread.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
@@ -41,51 +40,11 @@ from abm.vector import AbmVectorEnv
 from policies.deep.learner import (Adam, AdvantageAdjuster, FlatParams, LeanLearner, RolloutContext, StepHook,
                                    blas_single_thread, clip_grad_norm, distinct_ids, vector_records)
 
+if TYPE_CHECKING:
+    from policies.deep.ppo import PPOParams
+
 RECORD_COLUMNS = ("group", "action", "outcome", "reward", "done", "obs", "next_obs")  # what adjusters read
-
-
-@dataclass(frozen=True)
-class LeanPPOConfig:
-    """PPO's hyperparameters (defaults: seed 002 Table 6, as ``ppo.PPOParams``)."""
-
-    learning_rate: float = 5e-5
-    """Adam step size at the start of training, annealed linearly to 0 (Table 6: 'Anneal learning rate')."""
-    hidden: int = 256
-    """Width of the single tanh hidden layer of the actor and of the critic (D.1)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """lambda of generalised advantage estimation."""
-    n_steps: int = 512
-    """Decisions per rollout over all K worlds (Table 6 'batch size'); each world steps n_steps / K times."""
-    batch_size: int = 64
-    """Minibatch size of the update (Table 6 'mini batch')."""
-    n_epochs: int = 5
-    """Passes over the rollout per update (Table 6 'policy update epochs')."""
-    clip_coef: float = 0.2
-    """Surrogate clipping coefficient; also clips the value update (Table 6 'clip value function loss')."""
-    ent_coef: float = 0.01
-    """Weight of the entropy bonus."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    max_grad_norm: float = 0.5
-    """Gradients are rescaled to at most this global norm."""
-    norm_adv: bool = True
-    """Standardise the advantages of each minibatch (SB3's normalize_advantage)."""
-    adam_eps: float = 1e-5
-    """Adam's epsilon (SB3's actor-critic default)."""
-    n_envs: int = 1
-    """K: worlds stepped side by side."""
-
-    @classmethod
-    def from_params(cls, p) -> "LeanPPOConfig":
-        """The lender's ``PPOParams`` (or a subclass) as a config; ``clip_range`` is ``clip_coef``."""
-        names = {f.name for f in fields(cls)} - {"clip_coef", "norm_adv", "adam_eps"}
-        cfg = cls(clip_coef=p.clip_range, **{n: getattr(p, n) for n in names})
-        if cfg.n_steps % cfg.n_envs:
-            raise UserError(f"policy.n_envs: n_steps ({cfg.n_steps}) must be a multiple of n_envs "
-                            f"({cfg.n_envs}): each world steps n_steps / n_envs times per rollout")
-        return cfg
+ADAM_EPS = 1e-5  # Adam's epsilon: SB3's actor-critic default, not a user option
 
 
 # -- the actor-critic: two one-hidden-layer tanh MLPs, their hidden layers side by side ----------
@@ -148,17 +107,18 @@ def backward(net: FlatParams, x: np.ndarray, act: np.ndarray, d_logits: np.ndarr
     g["hidden.bias"][...] = np.add.reduce(d_pre, axis=0)
 
 
-def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_logprobs, mb_advantages,
-             mb_returns, mb_values, norm_adv: bool | None = None, value: bool = True) -> float | None:
+def ppo_loss(net: FlatParams, p: PPOParams, rows, inverse, mb_actions, mb_logprobs, mb_advantages,
+             mb_returns, mb_values, norm_adv: bool = True, value: bool = True) -> float | None:
     """SB3's PPO loss of one minibatch (clipped surrogate + vf_coef * clipped-value MSE - ent_coef *
     entropy) whose i-th observation is ``rows[inverse[i]]``; writes its gradient into
     ``net.grad`` and returns its value (None with ``value=False``: training reads only the
-    gradient, and the loss's three means are skipped). ``norm_adv`` overrides ``cfg.norm_adv`` (a
-    minibatch hook that standardises on its own turns it off). Observations that repeat in the
+    gradient, and the loss's three means are skipped). ``norm_adv``: standardise the minibatch's
+    advantages first (SB3's ``normalize_advantage``; a minibatch hook that standardises on its own
+    turns it off). Observations that repeat in the
     minibatch share one forward and one backward pass (their gradients at the heads add up first):
     the same gradient as row by row, for less work where states repeat (a lending market's scores
     and counts)."""
-    m, c = len(inverse), cfg.clip_coef
+    m, c = len(inverse), p.clip_range
     samples = np.arange(m)
     act, row_logits, row_values = forward(net, rows)
     logits, newvalue = row_logits[inverse], row_values[inverse]
@@ -168,7 +128,7 @@ def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_
     entropy = -np.add.reduce(probs * logp, axis=1)
     ratio = np.exp(newlogprob - mb_logprobs)
 
-    if (cfg.norm_adv if norm_adv is None else norm_adv) and m > 1:
+    if norm_adv and m > 1:
         mb_advantages = standardize(mb_advantages) if mb_advantages.dtype == np.float32 else \
             (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(ddof=1) + 1e-8)
     pg_loss1 = -mb_advantages * ratio
@@ -179,7 +139,7 @@ def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_
     if value:
         pg_loss = np.maximum(pg_loss1, pg_loss2).mean()
         v_loss = ((mb_returns - v_clipped) ** 2).mean()
-        loss = float(pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss)
+        loss = float(pg_loss - p.ent_coef * entropy.mean() + p.vf_coef * v_loss)
 
     # backward: the surrogate's gradient flows through the unclipped ratio where max() takes it
     # (or the two terms agree, inside the clip range); the value's where it is not clipped
@@ -187,8 +147,8 @@ def ppo_loss(net: FlatParams, cfg: LeanPPOConfig, rows, inverse, mb_actions, mb_
     d_newlogprob = np.where(through, -mb_advantages, 0.0).astype(np.float32) * ratio / m
     onehot = np.zeros_like(logp)
     onehot[samples, mb_actions] = 1.0
-    d_logits = d_newlogprob[:, None] * (onehot - probs) + (cfg.ent_coef / m) * probs * (logp + entropy[:, None])
-    d_values = (cfg.vf_coef * 2.0 / m) * (v_clipped - mb_returns) * (np.abs(v_delta) <= c)
+    d_logits = d_newlogprob[:, None] * (onehot - probs) + (p.ent_coef / m) * probs * (logp + entropy[:, None])
+    d_values = (p.vf_coef * 2.0 / m) * (v_clipped - mb_returns) * (np.abs(v_delta) <= c)
     u = len(rows)
     d_row_logits = np.stack([np.bincount(inverse, weights=d_logits[:, 0], minlength=u),
                              np.bincount(inverse, weights=d_logits[:, 1], minlength=u)], axis=1)
@@ -213,9 +173,11 @@ class LeanPPOLearner(LeanLearner):
     algorithm_name: ClassVar[str] = "ppo"
     on_policy: ClassVar[bool] = True
 
-    def __init__(self, params, seed: int):
+    def __init__(self, params: PPOParams, seed: int):
         super().__init__(params, seed)
-        self.cfg = LeanPPOConfig.from_params(params)
+        if params.n_steps % self.n_envs:
+            raise UserError(f"policy.n_envs: n_steps ({params.n_steps}) must be a multiple of n_envs "
+                            f"({self.n_envs}): each world steps n_steps / n_envs times per rollout")
         self.optimizer: Adam | None = None
         self.rng = np.random.default_rng(self.seed)
         # (transform(rows, advantages) -> advantages, renormalize): every minibatch's advantages go
@@ -225,10 +187,10 @@ class LeanPPOLearner(LeanLearner):
         self.minibatch_hook: tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], bool] | None = None
 
     def make_model(self, obs_dim: int) -> FlatParams:
-        return actor_critic(obs_dim, self.cfg.hidden)
+        return actor_critic(obs_dim, self.params.hidden)
 
     def meta(self) -> dict[str, Any]:
-        return {**super().meta(), "hidden": self.cfg.hidden}
+        return {**super().meta(), "hidden": self.params.hidden}
 
     def act(self, obs: np.ndarray, deterministic: bool, rng: np.random.Generator) -> np.ndarray:
         _, logits, _ = forward(self.model, obs)
@@ -247,12 +209,12 @@ class LeanPPOLearner(LeanLearner):
             self._learn(int(total_timesteps), on_step, adjust_advantages)
 
     def _learn(self, total_timesteps: int, on_step: StepHook | None, adjust_advantages: AdvantageAdjuster | None):
-        cfg, net, rng = self.cfg, self.model, self.rng
+        p, net, rng = self.params, self.model, self.rng
         envs = self.vector_env()
         K = envs.num_envs
-        T, d = cfg.n_steps // K, self._obs_dim
+        T, d = p.n_steps // K, self._obs_dim
         if self.optimizer is None:
-            self.optimizer = Adam(net.flat, lr=cfg.learning_rate, eps=cfg.adam_eps)
+            self.optimizer = Adam(net.flat, lr=p.learning_rate, eps=ADAM_EPS)
         records_needed = adjust_advantages is not None
         if (on_step is not None or records_needed) and not isinstance(envs.unwrapped, AbmVectorEnv):
             raise InvariantError("lean PPO: decision records (on_step, adjust_advantages) need an abm.vector.AbmVectorEnv")
@@ -300,7 +262,7 @@ class LeanPPOLearner(LeanLearner):
                 if cut.any():
                     final = np.asarray(np.stack(infos["final_obs"][cut]), np.float32)
                     reward = np.array(reward, np.float64)
-                    reward[cut] += cfg.gamma * forward(net, final)[2]
+                    reward[cut] += p.gamma * forward(net, final)[2]
                 b_rewards[step] = reward
                 next_start = done.astype(np.float32)
 
@@ -313,13 +275,13 @@ class LeanPPOLearner(LeanLearner):
                     nextnonterminal, nextvalues = 1.0 - next_start, next_value
                 else:
                     nextnonterminal, nextvalues = 1.0 - b_starts[t + 1], b_values[t + 1]
-                delta = b_rewards[t] + cfg.gamma * nextvalues * nextnonterminal - b_values[t]
-                lastgaelam = delta + cfg.gamma * cfg.gae_lambda * nextnonterminal * lastgaelam
+                delta = b_rewards[t] + p.gamma * nextvalues * nextnonterminal - b_values[t]
+                lastgaelam = delta + p.gamma * p.gae_lambda * nextnonterminal * lastgaelam
                 advantages[t] = lastgaelam
             returns = advantages + b_values  # the value target (before any fairness rewrite, as SB3)
             if adjust_advantages is not None:
                 flat = {key: rec[key].reshape((T * K,) + rec[key].shape[2:]).copy() for key in RECORD_COLUMNS}
-                ctx = RolloutContext(last_obs=next_obs, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, n_envs=K)
+                ctx = RolloutContext(last_obs=next_obs, gamma=p.gamma, gae_lambda=p.gae_lambda, n_envs=K)
                 adjusted = adjust_advantages(advantages.reshape(-1).astype(float), flat, ctx)
                 advantages = np.asarray(adjusted, dtype=np.float32).reshape(T, K)
 
@@ -329,21 +291,20 @@ class LeanPPOLearner(LeanLearner):
 
     def update(self, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values, progress: float) -> None:
         """n_epochs passes of clipped-surrogate minibatch steps over one rollout."""
-        cfg, net, opt = self.cfg, self.model, self.optimizer
-        opt.lr = cfg.learning_rate * progress  # linear annealing, set once per update as SB3 does
+        p, net, opt = self.params, self.model, self.optimizer
+        opt.lr = p.learning_rate * progress  # linear annealing, set once per update as SB3 does
         rows, b_row = distinct_rows(b_obs)  # b_obs[i] == rows[b_row[i]]
         n = len(b_obs)
-        for _ in range(cfg.n_epochs):
+        for _ in range(p.n_epochs):
             b_inds = self.rng.permutation(n)
-            for start in range(0, n, cfg.batch_size):
-                mb = b_inds[start:start + cfg.batch_size]
+            for start in range(0, n, p.batch_size):
+                mb = b_inds[start:start + p.batch_size]
                 used, inverse = distinct_ids(b_row[mb], len(rows))
-                adv, norm_adv = b_advantages[mb], None
+                adv, norm_adv = b_advantages[mb], True
                 if self.minibatch_hook is not None:
                     transform, norm_adv = self.minibatch_hook
                     adv = np.asarray(transform(mb, adv.astype(float)), dtype=np.float32)
-                    norm_adv = norm_adv and cfg.norm_adv
-                ppo_loss(net, cfg, rows[used], inverse, b_actions[mb], b_logprobs[mb], adv,
+                ppo_loss(net, p, rows[used], inverse, b_actions[mb], b_logprobs[mb], adv,
                          b_returns[mb], b_values[mb], norm_adv=norm_adv, value=False)
-                clip_grad_norm(net.grad, cfg.max_grad_norm)
+                clip_grad_norm(net.grad, p.max_grad_norm)
                 opt.step(net.grad)

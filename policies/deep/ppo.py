@@ -9,7 +9,7 @@ coefficient), "Anneal learning rate: True" -> a linear schedule from 5e-5 to 0.
 
 ``PPOLearner`` is the learner component (also of Lag-PPO, A-PPO, ELBERT-PO and the Bisimulator's
 PPO variant); ``PPOLender`` is the plain lender. ``policy.backend: lean`` swaps in
-``lean_ppo.LeanPPOLearner`` (the same algorithm and defaults, on ``policy.n_envs`` worlds).
+``lean_ppo.LeanPPOLearner``: the same algorithm, reading the same ``PPOParams``, on ``policy.n_envs`` worlds.
 """
 
 from __future__ import annotations
@@ -28,17 +28,24 @@ from policies.torch_common import torch_device
 
 
 class PPOParams(DeepParams):
-    learning_rate: float = Field(5e-5, gt=0, le=1.0, description="Adam learning rate, annealed linearly to 0 (Table 6).")
-    hidden: int = Field(256, ge=1, le=65536, description="Width of the single tanh hidden layer of actor and critic.")
+    """PPO's hyperparameters, read by both learners (``ppo_kwargs`` for SB3, ``LeanPPOLearner``)."""
+
+    learning_rate: float = Field(5e-5, gt=0, le=1.0, description=(
+        "Adam step size at the start of training, annealed linearly to 0 (Table 6: 'Anneal learning rate')."))
+    hidden: int = Field(256, ge=1, le=65536, description="Width of the single tanh hidden layer of the actor and of the critic (D.1).")
     gamma: float = Field(0.99, gt=0, le=1.0, description="Discount factor.")
-    gae_lambda: float = Field(0.95, ge=0, le=1.0, description="lambda for GAE.")
-    n_steps: int = Field(512, ge=2, le=10**7, description="Rollout (batch) size per update.")
-    batch_size: int = Field(64, ge=2, le=10**7, description="Mini batch size.")
-    n_epochs: int = Field(5, ge=1, le=1000, description="Policy update epochs per rollout.")
-    clip_range: float = Field(0.2, gt=0, le=10.0, description="Surrogate clipping coefficient (also clips the value loss).")
-    ent_coef: float = Field(0.01, ge=0, le=10.0, description="Entropy coefficient.")
-    vf_coef: float = Field(0.5, ge=0, le=10.0, description="Value function coefficient.")
-    max_grad_norm: float = Field(0.5, gt=0, le=1e6, description="Maximum norm for gradient clipping.")
+    gae_lambda: float = Field(0.95, ge=0, le=1.0, description="lambda of generalised advantage estimation (GAE).")
+    n_steps: int = Field(512, ge=2, le=10**7, description=(
+        "Decisions per rollout, one update each (Table 6 'batch size'); backend lean: over all n_envs worlds, "
+        "n_steps / n_envs each (a multiple of n_envs)."))
+    batch_size: int = Field(64, ge=2, le=10**7, description="Minibatch size of the update (Table 6 'mini batch').")
+    n_epochs: int = Field(5, ge=1, le=1000, description="Passes over the rollout per update (Table 6 'policy update epochs').")
+    clip_range: float = Field(0.2, gt=0, le=10.0, description=(
+        "Surrogate clipping coefficient; also clips the value update around the rollout's values (Table 6 "
+        "'clip value function loss')."))
+    ent_coef: float = Field(0.01, ge=0, le=10.0, description="Weight of the entropy bonus.")
+    vf_coef: float = Field(0.5, ge=0, le=10.0, description="Weight of the value loss.")
+    max_grad_norm: float = Field(0.5, gt=0, le=1e6, description="Gradients are rescaled to at most this global norm.")
 
 
 def ppo_kwargs(p: PPOParams) -> dict[str, Any]:
