@@ -1,7 +1,7 @@
 """Lean DQN: our own DQN on K vectorised worlds, CleanRL-style (one file, the maths in order).
 
-The same algorithm and Table 7 hyperparameters as the Stable-Baselines3 learner in ``dqn.py``
-(``backend: sb3``): a Q-network with one tanh hidden layer of 256 (torch's default ``nn.Linear``
+The same algorithm as the Stable-Baselines3 learner in ``dqn.py`` (``backend: sb3``), reading the
+same ``dqn.DQNParams`` (seed 002 Table 7): a Q-network with one tanh hidden layer of 256 (torch's default ``nn.Linear``
 initialisation, as SB3's ``QNetwork``) and a target network copied from it (tau 1) every
 ``target_update_interval`` decisions; epsilon-greedy from 1 to ``exploration_final_eps`` over
 ``exploration_fraction`` of training, uniformly random actions for the first ``learning_starts``
@@ -28,8 +28,7 @@ sampling come from ``numpy.random.default_rng(seed)``; world k is reset with see
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -38,49 +37,13 @@ from abm.vector import AbmVectorEnv
 from policies.deep.learner import (Adam, AdvantageAdjuster, FlatParams, LeanLearner, StepHook, blas_single_thread,
                                    clip_grad_norm, distinct_ids, vector_records)
 
+if TYPE_CHECKING:
+    from policies.deep.dqn import DQNParams
 
-@dataclass(frozen=True)
-class LeanDQNConfig:
-    """DQN's hyperparameters (defaults: seed 002 Table 7 and CleanRL, as ``dqn.DQNParams``)."""
-
-    learning_rate: float = 5e-5
-    """Adam step size at the start of training, annealed linearly to 0 (Table 7)."""
-    hidden: int = 256
-    """Width of the Q-network's single tanh hidden layer (D.1)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    batch_size: int = 512
-    """Replay minibatch size (Table 7)."""
-    tau: float = 1.0
-    """Target network update rate (1: a hard copy)."""
-    target_update_interval: int = 10
-    """Decisions between target network updates (Table 7)."""
-    gradient_steps: int = 4
-    """Gradient steps per update (Table 7 'update epochs')."""
-    train_freq: int = 4
-    """Decisions between updates."""
-    buffer_size: int = 10_000
-    """Transitions the replay buffer holds (the oldest are overwritten)."""
-    learning_starts: int = 1_000
-    """Decisions taken uniformly at random, and collected, before learning starts."""
-    exploration_fraction: float = 0.5
-    """Fraction of training over which epsilon decays linearly."""
-    exploration_initial_eps: float = 1.0
-    """Epsilon at the start of training."""
-    exploration_final_eps: float = 0.05
-    """Epsilon after the decay."""
-    max_grad_norm: float = 10.0
-    """Gradients are rescaled to at most this global norm (SB3's DQN default)."""
-    adam_eps: float = 1e-8
-    """Adam's epsilon (torch's default, as SB3's DQN)."""
-    n_envs: int = 1
-    """K: worlds stepped side by side."""
-
-    @classmethod
-    def from_params(cls, p) -> "LeanDQNConfig":
-        """The lender's ``DQNParams`` (or a subclass) as a config."""
-        names = {f.name for f in fields(cls)} - {"exploration_initial_eps", "max_grad_norm", "adam_eps"}
-        return cls(**{n: getattr(p, n) for n in names})
+# SB3's DQN settings that are not user options
+EXPLORATION_INITIAL_EPS = 1.0  # epsilon at the start of training
+MAX_GRAD_NORM = 10.0  # gradients are rescaled to at most this global norm (SB3's DQN default)
+ADAM_EPS = 1e-8  # Adam's epsilon (torch's default, as SB3's DQN)
 
 
 # -- the Q-network: one tanh hidden layer ---------------------------------------------------------
@@ -223,21 +186,20 @@ class LeanDQNLearner(LeanLearner):
     algorithm_name: ClassVar[str] = "dqn"
     on_policy: ClassVar[bool] = False
 
-    def __init__(self, params, seed: int):
+    def __init__(self, params: DQNParams, seed: int):
         super().__init__(params, seed)
-        self.cfg = LeanDQNConfig.from_params(params)
         self.target: FlatParams | None = None
         self.optimizer: Adam | None = None
         self.buffer: ReplayBuffer | None = None
         self.target_values = TargetValues()
-        self.epsilon = self.cfg.exploration_final_eps  # the exploration rate now (training moves it)
+        self.epsilon = params.exploration_final_eps  # the exploration rate now (training moves it)
         self.rng = np.random.default_rng(self.seed)
 
     def make_model(self, obs_dim: int) -> FlatParams:
-        return q_network(obs_dim, self.cfg.hidden)
+        return q_network(obs_dim, self.params.hidden)
 
     def meta(self) -> dict[str, Any]:
-        return {**super().meta(), "hidden": self.cfg.hidden}
+        return {**super().meta(), "hidden": self.params.hidden}
 
     def act(self, obs: np.ndarray, deterministic: bool, rng: np.random.Generator) -> np.ndarray:
         """Greedy actions (ties -> reject, as argmax); not deterministic: epsilon-greedy with the
@@ -264,12 +226,12 @@ class LeanDQNLearner(LeanLearner):
 
     def epsilon_at(self, total_timesteps: int) -> float:
         """Epsilon, linear in the fraction of training done (SB3's ``get_linear_fn``)."""
-        cfg = self.cfg
+        p = self.params
         done = 1.0 - self.progress_remaining(total_timesteps)
-        if done > cfg.exploration_fraction:
-            return cfg.exploration_final_eps
-        return cfg.exploration_initial_eps + done * (cfg.exploration_final_eps - cfg.exploration_initial_eps) \
-            / cfg.exploration_fraction
+        if done > p.exploration_fraction:
+            return p.exploration_final_eps
+        return EXPLORATION_INITIAL_EPS + done * (p.exploration_final_eps - EXPLORATION_INITIAL_EPS) \
+            / p.exploration_fraction
 
     # -- training ---------------------------------------------------------------------------
     def learn(self, total_timesteps: int, on_step: StepHook | None = None,
@@ -280,20 +242,20 @@ class LeanDQNLearner(LeanLearner):
             self._learn(int(total_timesteps), on_step)
 
     def _learn(self, total_timesteps: int, on_step: StepHook | None) -> None:
-        cfg, net, rng = self.cfg, self.model, self.rng
+        p, net, rng = self.params, self.model, self.rng
         envs = self.vector_env()
         K = envs.num_envs
         if self.optimizer is None:
-            self.optimizer = Adam(net.flat, lr=cfg.learning_rate, eps=cfg.adam_eps)
+            self.optimizer = Adam(net.flat, lr=p.learning_rate, eps=ADAM_EPS)
             self.target = FlatParams(net.shapes)
             self.target.copy_from(net)
         if isinstance(envs.unwrapped, AbmVectorEnv):
             envs.unwrapped.records = on_step is not None  # decision records only for a hook
         elif on_step is not None:
             raise InvariantError("lean DQN: decision records (on_step) need an abm.vector.AbmVectorEnv")
-        buffer = self.buffer = ReplayBuffer(cfg.buffer_size, self._obs_dim)
+        buffer = self.buffer = ReplayBuffer(p.buffer_size, self._obs_dim)
         self.target_values = TargetValues()  # per id of this buffer's table
-        target_every = max(cfg.target_update_interval // K, 1)  # in vector steps
+        target_every = max(p.target_update_interval // K, 1)  # in vector steps
 
         self._num_timesteps = 0
         obs, _ = envs.reset(seed=self.seed)
@@ -301,7 +263,7 @@ class LeanDQNLearner(LeanLearner):
         while self._num_timesteps < total_timesteps:
             # -- act: uniformly at random while warming up, then epsilon-greedy per world -------
             self.epsilon = self.epsilon_at(total_timesteps)
-            if self._num_timesteps < cfg.learning_starts:
+            if self._num_timesteps < p.learning_starts:
                 actions = random_actions(rng, K)
             else:
                 actions = self.act(obs, False, rng)
@@ -321,20 +283,20 @@ class LeanDQNLearner(LeanLearner):
 
             n_calls += 1
             if n_calls % target_every == 0:
-                self.target.flat[...] = cfg.tau * net.flat + (1.0 - cfg.tau) * self.target.flat
+                self.target.flat[...] = p.tau * net.flat + (1.0 - p.tau) * self.target.flat
                 self.target_values.invalidate()
             pending += K
-            if pending >= cfg.train_freq:
-                updates, pending = divmod(pending, cfg.train_freq)
-                if self._num_timesteps > cfg.learning_starts:
-                    self.train(updates * cfg.gradient_steps, total_timesteps)
+            if pending >= p.train_freq:
+                updates, pending = divmod(pending, p.train_freq)
+                if self._num_timesteps > p.learning_starts:
+                    self.train(updates * p.gradient_steps, total_timesteps)
 
     def train(self, gradient_steps: int, total_timesteps: int) -> None:
         """``gradient_steps`` Adam steps on replay minibatches (learning rate set once per update)."""
-        cfg, net, opt, buf = self.cfg, self.model, self.optimizer, self.buffer
-        opt.lr = cfg.learning_rate * self.progress_remaining(total_timesteps)
+        p, net, opt, buf = self.params, self.model, self.optimizer, self.buffer
+        opt.lr = p.learning_rate * self.progress_remaining(total_timesteps)
         for _ in range(gradient_steps):
-            idx = buf.sample(cfg.batch_size, self.rng)
+            idx = buf.sample(p.batch_size, self.rng)
             if buf.distinct:  # states by id: repeated ones share a pass, target values are kept
                 next_q = self.target_values.get(self.target, buf.table, buf.next_id[idx])
                 ids, inverse = distinct_ids(buf.obs_id[idx], len(buf.table))
@@ -342,7 +304,7 @@ class LeanDQNLearner(LeanLearner):
             else:
                 next_q = forward(self.target, buf.next_obs[idx])[1].max(axis=1)
                 rows, inverse = buf.obs[idx], np.arange(len(idx))
-            td_target = buf.rewards[idx] + (1.0 - buf.dones[idx]) * cfg.gamma * next_q
+            td_target = buf.rewards[idx] + (1.0 - buf.dones[idx]) * p.gamma * next_q
             dqn_loss(net, rows, inverse, buf.actions[idx], td_target, value=False)
-            clip_grad_norm(net.grad, cfg.max_grad_norm)
+            clip_grad_norm(net.grad, MAX_GRAD_NORM)
             opt.step(net.grad)
