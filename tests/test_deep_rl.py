@@ -251,6 +251,9 @@ def test_abm_run_trains_evaluates_and_saves_the_model(cli, tmp_path):
     assert (folder / "policy" / "model.zip").is_file()
     config = __import__("json").loads((folder / "policy" / "config.json").read_text())
     assert config["policy"] == "ppo" and config["params"]["total_timesteps"] == 256
+    # every parameter the model was trained with, defaults included (eval_episodes: not the model's)
+    assert set(config["params"]) == set(registry.get("ppo").Params.model_fields) - {"eval_episodes"}
+    assert config["params"]["backend"] == "sb3" and config["params"]["clip_range"] == 0.2
     assert config["obs_fields"] == ["credit_score", "group", "repay_ratio", "default_ratio"]
 
 
@@ -309,7 +312,6 @@ def test_elbert_minibatch_normalisation_is_the_reference_formula_per_minibatch(m
     a, au, ab, U, B = critic.stash
     np.testing.assert_allclose(out, fair_advantage(a[rows], au[rows], ab[rows], U, B, critic.p.alpha, 20.0))
     assert sorted(np.concatenate([r for c, r, _ in seen[-4:]]).tolist()) == list(range(256))  # one epoch: a partition
-    assert "normalize" not in scenario(name="elbert_po").policy.params  # the default stays out of the dump
 
 
 def test_a_ppo_minibatch_min_max_scales_each_minibatch(monkeypatch):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, model_serializer
+from pydantic import Field
 
 from policies.deep.common import DeepLender
 from policies.deep.elbert_po import bind_minibatch
@@ -32,14 +32,6 @@ class APPOParams(PPOParams):
     beta_2: float = Field(0.25, ge=0, le=1e6, description="Weight of the gap-widening penalty div_t.")
     normalize: Literal["rollout", "minibatch"] = Field("rollout", description=(
         "Where the three terms are min-max scaled: over the rollout, or over each minibatch (the reference)."))
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler):
-        """``normalize`` is left out of the dump at its default (older runs keep their identities)."""
-        data = super()._dump(handler)
-        if isinstance(data, dict) and self.normalize == "rollout":
-            data.pop("normalize", None)
-        return data
 
 
 def min_max(x: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, model_serializer
+from pydantic import Field
 
 from abm.errors import UserError
 
@@ -44,15 +44,6 @@ class ELBERTParams(PPOParams):
     normalize: Literal["rollout", "minibatch"] = Field("rollout", description=(
         "Where the advantages are standardised: rollout (A, A_U, A_B over the rollout, the fair advantage "
         "again per minibatch) or minibatch (the reference: A, A_U, A_B per minibatch, once)."))
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler):
-        """``normalize`` is left out of the dump at its default (added later: older runs keep their
-        config.json and study identities)."""
-        data = super()._dump(handler)
-        if isinstance(data, dict) and self.normalize == "rollout":
-            data.pop("normalize", None)
-        return data
 
 
 def bind_minibatch(learner, transform: Callable[[np.ndarray, np.ndarray], np.ndarray], renormalize: bool) -> None:

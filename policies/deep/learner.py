@@ -23,8 +23,8 @@ of our own learners (``lean_ppo.LeanPPOLearner``, ``lean_dqn.LeanDQNLearner``: o
 per algorithm) that step K worlds at once through ``abm.vector.AbmVectorEnv``.
 
 Which one a lender gets is a policy parameter (``ExecutionFields``: ``backend: sb3 | lean``,
-``n_envs``), resolved by ``select_learner``; both fields are left out of the parameters' dump
-while they hold their defaults, so adding them changed no existing run's files or identity.
+``n_envs``), resolved by ``select_learner``. Both learners read the one parameter model of their
+algorithm (``ppo.PPOParams``, ``dqn.DQNParams``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any, Callable, ClassVar, Literal, Protocol
 
 import gymnasium
 import numpy as np
-from pydantic import BaseModel, Field, model_serializer, model_validator
+from pydantic import BaseModel, Field, model_validator
 from stable_baselines3.common.callbacks import BaseCallback
 
 from abm.errors import InvariantError, UserError
@@ -250,10 +250,9 @@ class SB3Learner(abc.ABC):
 class ExecutionFields(BaseModel):
     """Which learner a deep lender trains with, on how many worlds (``DeepParams`` inherits these).
 
-    Both are left out of the dump (``config.json``, the scenario's config hash) while they have
-    their defaults, so runs that do not set them kept their files and identities. Set, they are
-    part of the run's identity: the lean learner is another implementation, and K worlds give
-    the learner other data than one (the trajectory changes, not only the speed).
+    Set in a scenario, they are part of the run's identity: the lean learner is another
+    implementation, and K worlds give the learner other data than one (the trajectory changes,
+    not only the speed).
     """
 
     backend: Literal["sb3", "lean"] = Field("sb3", description=(
@@ -268,16 +267,6 @@ class ExecutionFields(BaseModel):
         if self.n_envs != 1 and self.backend != "lean":
             raise ValueError(f"n_envs: {self.n_envs} worlds need backend: lean (the sb3 learner trains on one env)")
         return self
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler):
-        data = handler(self)
-        if isinstance(data, dict):
-            if self.backend == "sb3":
-                data.pop("backend", None)
-            if self.n_envs == 1:
-                data.pop("n_envs", None)
-        return data
 
 
 def select_learner(lender_cls, params) -> Callable[[Any, int], "Learner"]:
