@@ -1,5 +1,5 @@
-"""Where a full Bisimulator run's CPU time goes, block by block (docs/MODEL.md, "What the full
-DQN Bisimulator costs"): trains ``bisim_dqn`` (or ``bisim_ppo``) on lending-credit.yaml as
+"""Where a full Bisimulator run's CPU time goes, block by block (docs/results/seed002-table1.md, "What a full
+DQN Bisimulator run costs, block by block"): trains ``bisim_dqn`` (or ``bisim_ppo``) on lending-credit.yaml as
 ``abm bench``'s training figure does, and prints per ``--block`` decisions the CPU seconds of the
 block, of its gradient steps (lean DQN's ``train``) and of its dynamics phases, and the size of
 the replay buffer's table of distinct observations (None: past its 4,096 rows).

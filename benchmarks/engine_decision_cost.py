@@ -1,5 +1,5 @@
-"""CPU time of one gym decision of the engine (benchmarks/RESULTS.md, "the engine's draws in
-blocks"): K worlds of a scenario behind ``abm.vector.AbmVectorEnv`` without decision records
+"""CPU time of one gym decision of the engine (benchmarks/RESULTS.md, "Training speed of the deep
+lenders"): K worlds of a scenario behind ``abm.vector.AbmVectorEnv`` without decision records
 (the lean learners' step), uniformly random actions; the best of ``--repeats`` rounds of
 ``--decisions`` decisions, in microseconds per decision, and the CPU time of one fresh
 simulation (``AbmEnv.reset``: what every Bisimulator probe pays), in milliseconds.

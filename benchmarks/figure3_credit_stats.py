@@ -1,4 +1,4 @@
-"""Paired PERL - RL and discounted - episode statistics of outputs/studies/figure3-credit (docs/MODEL.md,
+"""Paired PERL - RL and discounted - episode statistics of outputs/studies/figure3-credit (docs/results/seed000-figure3.md,
 "PERL vs RL at full size under both credits"). Run after: abm study scenarios/studies/figure3-credit.yaml.
 
     python benchmarks/figure3_credit_stats.py [STUDY_FOLDER]    # default outputs/studies/figure3-credit

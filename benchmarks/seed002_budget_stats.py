@@ -1,5 +1,4 @@
-"""Welch t-tests between methods of a seed 002 study at its budget (docs/MODEL.md, "Seed 002 at its
-training budget"): each run's final episode, averaged over its evaluation episodes as in
+"""Welch t-tests between methods of a seed 002 study at its budget (docs/results/seed002-table{1,2,5}.md): each run's final episode, averaged over its evaluation episodes as in
 report/seed_tables.md; two-sided p for the difference of two methods' means over their seeds.
 
     python benchmarks/seed002_budget_stats.py outputs/studies/table5-budget-session \

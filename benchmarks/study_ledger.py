@@ -4,11 +4,11 @@ what it cost (``run_times.csv``), the code that computed it, a digest of its epi
 what its policy learned (``policy/config.json``'s ``extra``: the Bisimulator's omega, a
 Lagrangian's multipliers; columns ``extra.KEY`` and ``extra.KEY.I``).
 The ledger is small enough to keep in the repository, so a design too long for one sitting
-(seed 002's 10-seed tables: docs/MODEL.md) is computed over several sittings on machines that
+(seed 002's 10-seed tables: docs/results/seed002-table{1,2,5}.md) is computed over several sittings on machines that
 keep nothing, and any row can be checked by computing its run again (``abm run`` of the run's
 scenario.yaml gives the same episodes.parquet, so the same digest, on a processor with the same
 float kernels: the ``machine`` column; a learned lender trained on another processor ends a
-little elsewhere, docs/MODEL.md "Table 1 at 10 seeds").
+little elsewhere, docs/MODEL.md "Reproducible per processor").
 
     python benchmarks/study_ledger.py add outputs/studies/table1 docs/results/table1.csv
     python benchmarks/study_ledger.py tables docs/results/table1.csv     # seed tables + cost per method

@@ -1,4 +1,4 @@
-"""A deep lender's training curve in blocks (docs/MODEL.md, Table 2 at the budget): per run
+"""A deep lender's training curve in blocks (docs/results/seed002-table2.md, the 3-seed session studies): per run
 folder, the training policy's approval rate per group (approvals over applications) and the mean
 return per training episode, in blocks of its ``policy/training.csv`` by share of training.
 
