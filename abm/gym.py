@@ -1,4 +1,4 @@
-"""Any scenario as a ``gymnasium.Env``: one step = one decision of the bank.
+"""Any scenario as a ``gymnasium.Env``: one step = one decision of the bank (docs/gym.md).
 
 The engine's *external* mode makes the bank's review process yield one
 ``DecisionRequest(agent_id, group, obs, decided)`` per applicant and wait on ``decided``.
@@ -16,15 +16,28 @@ rewards and true outcomes come from the family's world through these seams (``ab
   their reward is returned on that step;
 * ``TrueOutcomes.true_outcome(idx)`` (optional, else ``not cols["default"]``; ``TrueOutcomeOne``,
   where a world has it, is its scalar form for one applicant): whether each applicant
-  would repay / succeed if approved, for recall-type metrics (it goes to ``info``, never to
-  the observation).
+  would repay / succeed if approved. It is the label: never in the observation, and in
+  ``info`` (``outcome``, and ``decided["outcome"]``) only for an env made with
+  ``privileged=True`` (fairness constraints on recall, the Bisimulator's probes, tests).
+
+``info``: ``agent_id``, ``group`` (an index into ``env.group_names``), ``time``,
+``sim_episode`` of the pending applicant; after a step also ``decided`` (the decision just
+taken: ``agent_id``, ``group``, ``action``, ``reward``, ``obs`` and ``next_obs``: the applicant
+before and after the decision), and at the end of the gym episode ``episode_metrics`` (the
+scenario episode's row) instead of the pending applicant's keys.
 
 A gym episode is ``sim_episodes`` consecutive episodes of the scenario (default 1); it ends
-with ``truncated=True`` (a time limit: the simulated world goes on). ``reset(seed=s)`` runs the
-scenario with root seed ``s`` (so ``reset(seed=scenario.seed)`` replays ``abm run``'s
-trajectory); ``reset()`` draws the next seed from the env's generator, which is seeded by the
-first seeded reset or, failing that, by the scenario's own seed: an env is deterministic
-unless asked otherwise.
+with ``truncated=True`` (a time limit: the simulated world goes on) when their simulated time
+is up, so its number of steps is the number of applications in that time, not a constant.
+``reset(seed=s)`` runs the scenario with root seed ``s`` (so ``reset(seed=scenario.seed)``
+replays ``abm run``'s trajectory); ``reset()`` draws the next seed from the env's generator,
+which is seeded by the first seeded reset or, failing that, by the scenario's own seed: an env
+is deterministic unless asked otherwise.
+
+Each shipped scenario is registered with gymnasium on import (``abm/LendingCredit-v0`` for
+``scenarios/lending-credit.yaml``: ``ENV_IDS``); ``gymnasium.make`` passes its keywords to
+``make_env``. Gymnasium 1.x reads no plugin entry points, so ``import abm.gym`` (or
+``gymnasium.make("abm.gym:abm/LendingCredit-v0")``) registers them.
 
 Training history: ``env.history`` collects the metrics row of every scenario episode the
 adapter's simulations finish (the engine's episode rows, as ``abm run`` writes them), with
@@ -36,13 +49,21 @@ check. The deep lenders save it as ``policy/training.csv``. Adapters made by
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-import gymnasium
+from abm import pip_install
+
+try:
+    import gymnasium
+except ModuleNotFoundError:  # a core install: one line naming the extra (name: abm.plugins' hint)
+    raise ModuleNotFoundError(f"abm.gym needs the [rl] extra (gymnasium): {pip_install('rl')}",
+                              name="gymnasium") from None
 import numpy as np
 import simpy
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
 
 from abm.build import simulation
 from abm.config import MAX_SEED, load_scenario
@@ -50,19 +71,50 @@ from abm.errors import InvariantError, UserError
 from abm.world import BankReward, ObservationBounds, TrueOutcomeOne, TrueOutcomes
 
 APPROVE, REJECT = 1, 0
+NAMESPACE = "abm"
+ENTRY_POINT = "abm.gym:make_env"
 
 
-def make_env(scenario, *overrides: str, sim_episodes: int = 1, **fields: Any) -> "AbmEnv":
+def env_id(name: str) -> str:
+    """The gymnasium id of a scenario named ``name`` (a file stem): ``lending-credit`` ->
+    ``abm/LendingCredit-v0``."""
+    camel = "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
+    return f"{NAMESPACE}/{camel or 'Scenario'}-v0"
+
+
+def _shipped_scenarios() -> Path | None:
+    """The shipped scenario files' folder: package data in a wheel, ``scenarios/`` in a checkout
+    (``abm.api.bundled_scenarios``'s lookup, which this layer cannot import)."""
+    here = Path(__file__).resolve().parent
+    return next((d for d in (here / "scenarios", here.parent / "scenarios") if any(d.glob("*.yaml"))), None)
+
+
+def make_env(scenario, *sets: str, overrides: Sequence[str] = (), sim_episodes: int = 1,
+             privileged: bool = False, seed: int | None = None, episodes: int | None = None,
+             policy: str | None = None, objective: str | None = None) -> "AbmEnv":
     """A gymnasium env for ``scenario`` (a path or a loaded scenario object).
 
-    ``overrides`` are ``--set``-style strings (``"population.n_groups=10"``); ``fields`` are the
-    CLI shortcuts ``seed``/``episodes``/``policy`` understood by ``load_scenario``.
+    ``sets`` / ``overrides`` are ``--set``-style strings (``"population.n_groups=10"``),
+    positional or as a list (``gymnasium.make`` passes keywords only); ``seed``, ``episodes``,
+    ``policy``, ``objective`` are the CLI's shortcuts. ``privileged=True`` adds the true outcome
+    to ``info`` (the module docstring). ``env.spec`` remakes the env (``gymnasium.make(env.spec)``).
     """
+    sets = (*sets, *([overrides] if isinstance(overrides, str) else overrides))
+    fields = {k: v for k, v in (("seed", seed), ("episodes", episodes), ("policy", policy),
+                                ("objective", objective)) if v is not None}
+    source = scenario
     if isinstance(scenario, (str, Path)):
-        scenario = load_scenario(scenario, list(overrides), **fields)
-    elif overrides or fields:
+        scenario = load_scenario(scenario, list(sets), **fields)
+    elif sets or fields:
         raise UserError("make_env: overrides are only accepted with a scenario path")
-    return AbmEnv(scenario, sim_episodes=sim_episodes)
+    env = AbmEnv(scenario, sim_episodes=sim_episodes, privileged=privileged)
+    name = Path(source).stem if isinstance(source, (str, Path)) else scenario.name
+    spec_kwargs = {"scenario": str(Path(source).resolve()) if isinstance(source, (str, Path)) else source,
+                   "overrides": sets,
+                   **fields, "sim_episodes": sim_episodes, "privileged": privileged}
+    env.spec = EnvSpec(env_id(name), entry_point=ENTRY_POINT, order_enforce=False, disable_env_checker=True,
+                       kwargs=spec_kwargs)
+    return env
 
 
 def _reward_reader(world) -> Callable[[], float]:
@@ -90,24 +142,32 @@ def _outcome_reader(world) -> Callable[[int], bool]:
     raise InvariantError(f"family {type(world).__module__!r} exposes no true outcome for the gym adapter")
 
 
+def _no_outcome(i: int) -> None:
+    """The true outcome of an env that was not asked for it (``privileged=False``)."""
+    return None
+
+
 class AbmEnv(gymnasium.Env):
     """The bank's decision problem of one scenario (see the module docstring)."""
 
     metadata = {"render_modes": []}
     keeps_history = True  # collect the scenario episodes' rows in ``history`` (the module docstring)
 
-    def __init__(self, scenario, *, sim_episodes: int = 1):
-        if int(sim_episodes) < 1:
-            raise UserError(f"make_env: sim_episodes must be >= 1, got {sim_episodes}")
+    def __init__(self, scenario, *, sim_episodes: int = 1, privileged: bool = False):
+        if isinstance(sim_episodes, bool) or not isinstance(sim_episodes, (int, np.integer)) or sim_episodes < 1:
+            raise UserError(f"make_env: sim_episodes must be a whole number >= 1, got {sim_episodes!r}")
+        if not isinstance(privileged, (bool, np.bool_)):
+            raise UserError(f"make_env: privileged must be True or False, got {privileged!r}")
         self.scenario = scenario
         self.sim_episodes = int(sim_episodes)
+        self.privileged = bool(privileged)  # the true outcome in info (the module docstring)
         self.history: list[dict[str, Any]] | None = [] if self.keeps_history else None
         self.world_index = 0  # this adapter's index among a vector env's worlds
         self._resets = 0  # seeded or not: the gym episode of the current simulation
         self._rows_seen = 0  # episode rows of the current simulation already in ``history``
         self.sim = None
         self._req = None
-        self._pending = None  # the pending request as (agent_id, group, true outcome, float32 obs)
+        self._pending = None  # the pending request: (agent_id, group, true outcome or None, float32 obs)
         self._one = np.zeros(1, np.int64)  # a reused one-applicant index for the world's seams
         self._start_episode = 0
         self._new_sim(scenario.seed)  # a probe for the spaces; reset() replaces it
@@ -133,7 +193,7 @@ class AbmEnv(gymnasium.Env):
         self._rows_seen = 0
         world = self.sim.world  # its capabilities, asked once per simulation (not per step)
         self._reward_total = _reward_reader(world)
-        self._outcome = _outcome_reader(world)
+        self._outcome = _outcome_reader(world) if self.privileged else _no_outcome
 
     def _advance(self) -> bool:
         """Run the clock to the next decision request; False when the gym episode ended first.
@@ -175,8 +235,11 @@ class AbmEnv(gymnasium.Env):
 
     def _info(self) -> dict[str, Any]:
         agent_id, group, outcome, _ = self._pending
-        return {"agent_id": agent_id, "group": group, "outcome": outcome,
-                "time": float(self.sim.env.now), "sim_episode": int(self.sim.episode)}
+        info = {"agent_id": agent_id, "group": group, "time": float(self.sim.env.now),
+                "sim_episode": int(self.sim.episode)}
+        if self.privileged:
+            info["outcome"] = outcome
+        return info
 
     # -- gymnasium API ----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -204,8 +267,10 @@ class AbmEnv(gymnasium.Env):
         (agent_id, group, outcome, obs_before), reward, alive = self.decide(a)
         # the decided applicant as the agent sees it after the decision resolved (transition
         # data for dynamics models, e.g. the Bisimulator's T_psi(s' | s, a, g))
-        decided = {"agent_id": agent_id, "group": group, "action": a, "outcome": outcome,
-                   "obs": obs_before.copy(), "next_obs": self.observe_one(agent_id), "reward": float(reward)}
+        decided = {"agent_id": agent_id, "group": group, "action": a, "obs": obs_before.copy(),
+                   "next_obs": self.observe_one(agent_id), "reward": float(reward)}
+        if self.privileged:
+            decided["outcome"] = outcome
         info = self._info() if alive else {"episode_metrics": dict(self.sim.episode_rows[-1])}
         info["decided"] = decided
         return self._last_obs.copy(), float(reward), False, not alive, info
@@ -214,8 +279,8 @@ class AbmEnv(gymnasium.Env):
         """``step`` without checking the action and without its info and record dicts (for loops
         that step many adapters, e.g. the Bisimulator's probe rollouts): answers the pending
         request with ``action`` (0 or 1) and runs the clock to the next one. Returns the request
-        decided (agent_id, group, true outcome, observation), the reward and whether the gym
-        episode goes on; the next observation is ``_last_obs`` (the last one when it ended)."""
+        decided (agent_id, group, true outcome (None unless ``privileged``), observation), the
+        reward and whether the gym episode goes on; the next observation is ``_last_obs`` (the last one when it ended)."""
         req = self._req
         if req is None:
             raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")
@@ -237,3 +302,21 @@ class AbmEnv(gymnasium.Env):
     def close(self) -> None:
         self.sim = None
         self._req = None
+
+
+def register_scenarios(folder: Path | None = None) -> dict[str, Path]:
+    """Register every scenario file of ``folder`` (default: the shipped ones) with gymnasium as
+    ``env_id(stem)``; returns id -> file. No order enforcer, env checker or time limit wrapper:
+    the env refuses a step before ``reset`` itself (``ResetNeeded``), passes ``check_env``
+    (tests/test_gym.py) and ends its episodes itself, and ``gymnasium.make`` returns the
+    ``AbmEnv``, with its ``obs_fields`` and ``group_names`` at hand."""
+    folder = _shipped_scenarios() if folder is None else Path(folder)
+    ids = {env_id(p.stem): p for p in sorted(folder.glob("*.yaml"))} if folder is not None else {}
+    for id_, path in ids.items():
+        if id_ not in gymnasium.registry:
+            gymnasium.register(id_, entry_point=ENTRY_POINT, kwargs={"scenario": str(path)},
+                               order_enforce=False, disable_env_checker=True)
+    return ids
+
+
+ENV_IDS = register_scenarios()  # registered id -> shipped scenario file

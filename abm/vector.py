@@ -17,9 +17,10 @@ gathers what the sub-envs return into arrays.
   ``infos["episode_metrics"][k]``.
 * No per-step deep copies of info dicts: a step's decision records (the adapter's
   ``info["decided"]``) come back as column arrays, one row per sub-env, in ``infos``:
-  ``agent_id``, ``group``, ``action``, ``outcome`` (the true outcome, privileged), ``reward``
-  (the bank's reward of the step), ``obs`` and ``next_obs`` (the decided applicant before and
-  after the decision, shape (K, d)), ``done``, and ``correction`` where a wrapper adds one.
+  ``agent_id``, ``group``, ``action``, ``reward`` (the bank's reward of the step), ``obs`` and
+  ``next_obs`` (the decided applicant before and after the decision, shape (K, d)), ``done``,
+  ``outcome`` (the true outcome) only where the sub-envs were made with ``privileged=True``,
+  and ``correction`` where a wrapper adds one.
   ``records_list(infos)`` turns them back into per-decision dicts for hooks that want them.
   With ``records = False`` (a learner that reads no records) a step returns none of them, and
   bare adapters skip building them (``_step_lean``): the same trajectory, ~6% less work per
@@ -44,7 +45,6 @@ from abm.errors import UserError
 from abm.gym import AbmEnv
 
 MAX_ENVS = 256  # sub-envs per vector env (each holds a whole simulated population)
-RECORD_FIELDS = ("agent_id", "group", "action", "outcome", "reward")  # scalar columns of a decision record
 
 
 def check_n_envs(n_envs: Any, where: str = "n_envs") -> int:
@@ -69,6 +69,8 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
         first = adapters[0]
         if any(a.obs_fields != first.obs_fields or a.n_groups != first.n_groups for a in adapters):
             raise UserError("AbmVectorEnv: sub-envs must share observation fields and groups (one scenario)")
+        if any(a.privileged != first.privileged for a in adapters):
+            raise UserError("AbmVectorEnv: sub-envs must all be privileged or all not (the outcome column)")
         self.envs = envs
         self.adapters = adapters
         for k, adapter in enumerate(adapters):
@@ -79,6 +81,7 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
         self.n_groups = first.n_groups
         self.scenario = first.scenario
         self.sim_episodes = first.sim_episodes
+        self.privileged = first.privileged
         self.single_observation_space = envs[0].observation_space
         self.single_action_space = spaces.Discrete(2)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -99,7 +102,8 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
         if n_envs > 1 and env is not raw:
             raise UserError(f"n_envs: {type(env).__name__} wraps one training env; it trains with n_envs: 1 "
                             f"(got {n_envs})")
-        fresh = [AbmEnv(raw.scenario, sim_episodes=raw.sim_episodes) for _ in range(n_envs - 1)]
+        fresh = [AbmEnv(raw.scenario, sim_episodes=raw.sim_episodes, privileged=raw.privileged)
+                 for _ in range(n_envs - 1)]
         for adapter in fresh:  # one training curve: sub-env 0's ``history``
             adapter.history = raw.history
         return cls([env] + fresh)
@@ -119,13 +123,13 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
                 raise UserError(f"AbmVectorEnv.reset: {len(seeds)} seeds for {K} sub-envs")
         if seed is not None:
             self._seeded = True
-        infos: dict[str, Any] = {"agent_id": np.zeros(K, np.int64), "group": np.zeros(K, np.int64),
-                                 "outcome": np.zeros(K, bool)}
+        keys = ("agent_id", "group", "outcome") if self.privileged else ("agent_id", "group")
+        infos: dict[str, Any] = {key: np.zeros(K, bool if key == "outcome" else np.int64) for key in keys}
         for k, (env, s) in enumerate(zip(self.envs, seeds)):
             obs, info = env.reset(seed=s, options=options)
             self._obs[k] = obs
-            infos["agent_id"][k], infos["group"][k], infos["outcome"][k] = \
-                info["agent_id"], info["group"], info["outcome"]
+            for key in keys:
+                infos[key][k] = info[key]
         return self._obs.copy(), infos
 
     def step(self, actions):
@@ -151,7 +155,7 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
             obs, reward, term, trunc, info = env.step(int(actions[k]))
             dec = info["decided"]
             agent_id[k], group[k], action[k], outcome[k], dec_reward[k] = \
-                dec["agent_id"], dec["group"], dec["action"], dec["outcome"], dec["reward"]
+                dec["agent_id"], dec["group"], dec["action"], dec.get("outcome", False), dec["reward"]
             dec_obs[k] = dec["obs"]
             next_obs[k] = dec["next_obs"]
             if "correction" in dec:
@@ -169,8 +173,10 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
                 obs, _ = env.reset()
             obs_out[k] = obs
         done = terminations | truncations
-        infos: dict[str, Any] = {"agent_id": agent_id, "group": group, "action": action, "outcome": outcome,
-                                 "reward": dec_reward, "obs": dec_obs, "next_obs": next_obs, "done": done}
+        infos: dict[str, Any] = {"agent_id": agent_id, "group": group, "action": action, "reward": dec_reward,
+                                 "obs": dec_obs, "next_obs": next_obs, "done": done}
+        if self.privileged:
+            infos["outcome"] = outcome
         if correction is not None:
             infos["correction"] = correction
         if final_obs is not None:
@@ -180,10 +186,10 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
         return obs_out.copy(), rewards, terminations, truncations, infos
 
     def _step_lean(self, actions: np.ndarray):
-        """``step`` without decision records: bare adapters are advanced through their own
-        request/clock internals (``AbmEnv.step`` minus building the record and info dicts and
-        observing the decided applicant again; ``World.observe`` is a read, so nothing the
-        simulation draws changes), wrapped ones through their ``step``."""
+        """``step`` without decision records: bare adapters are advanced by ``AbmEnv.decide``
+        (``step`` minus its checks, its info and record dicts and observing the decided
+        applicant again; ``World.observe`` is a read, so nothing the simulation draws changes),
+        wrapped ones through their ``step``."""
         K, d = self.num_envs, self._dim
         if not ((actions == 0) | (actions == 1)).all():  # np.all's answer without its wrapper
             raise gymnasium.error.InvalidAction(f"actions must be 0 (reject) or 1 (approve), got {actions!r}")
@@ -194,17 +200,9 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
         final_obs = metrics = None
         for k, env in enumerate(self.envs):
             a = int(actions[k])
-            if env is self.adapters[k]:  # a bare AbmEnv: the same calls AbmEnv.step makes
-                req = env._req
-                if req is None:
-                    raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")
-                before = env._reward_total()
-                req.decided.succeed(a)
-                alive = env._advance()
-                rewards[k] = env._reward_total() - before
-                obs = env._pending[3] if alive else env._last_obs
-                env._last_obs = obs
-                trunc, info = not alive, None
+            if env is self.adapters[k]:  # a bare AbmEnv
+                _, rewards[k], alive = env.decide(a)
+                obs, trunc, info = env._last_obs, not alive, None
             else:
                 obs, rewards[k], term, trunc, info = env.step(a)
                 terminations[k] = bool(term)
@@ -243,10 +241,11 @@ class AbmVectorEnv(gymnasium.vector.VectorEnv):
             env.close()
 
 
-def make_vector_env(scenario, n_envs: int, *, sim_episodes: int = 1) -> AbmVectorEnv:
+def make_vector_env(scenario, n_envs: int, *, sim_episodes: int = 1, privileged: bool = False) -> AbmVectorEnv:
     """K fresh adapters of ``scenario`` (a loaded scenario object) side by side."""
     n_envs = check_n_envs(n_envs)
-    return AbmVectorEnv([AbmEnv(scenario, sim_episodes=sim_episodes) for _ in range(n_envs)])
+    return AbmVectorEnv([AbmEnv(scenario, sim_episodes=sim_episodes, privileged=privileged)
+                         for _ in range(n_envs)])
 
 
 def records_list(infos: dict[str, Any]) -> list[dict[str, Any]]:
@@ -256,9 +255,10 @@ def records_list(infos: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for k in range(K):
         rec = {"agent_id": int(infos["agent_id"][k]), "group": int(infos["group"][k]),
-               "action": int(infos["action"][k]), "outcome": bool(infos["outcome"][k]),
-               "obs": infos["obs"][k], "next_obs": infos["next_obs"][k], "reward": float(infos["reward"][k]),
-               "done": bool(infos["done"][k])}
+               "action": int(infos["action"][k]), "obs": infos["obs"][k], "next_obs": infos["next_obs"][k],
+               "reward": float(infos["reward"][k]), "done": bool(infos["done"][k])}
+        if "outcome" in infos:
+            rec["outcome"] = bool(infos["outcome"][k])
         if "correction" in infos:
             rec["correction"] = float(infos["correction"][k])
         out.append(rec)

@@ -66,10 +66,11 @@ def vector_trace(vec, seed, actions, records=True):
 ])
 def test_one_world_reproduces_the_single_env_adapter_exactly(path, steps, seed, overrides, sim_episodes):
     actions = np.random.default_rng(seed).integers(0, 2, steps)
-    expected = single_trace(make_env(SCENARIOS / path, *overrides, sim_episodes=sim_episodes), seed, actions)
+    expected = single_trace(make_env(SCENARIOS / path, *overrides, sim_episodes=sim_episodes, privileged=True),
+                            seed, actions)
     assert sum(t[0] == "final" for t in expected) >= 3
     sc = load_scenario(SCENARIOS / path, list(overrides))
-    assert vector_trace(make_vector_env(sc, 1, sim_episodes=sim_episodes), seed, actions) == expected
+    assert vector_trace(make_vector_env(sc, 1, sim_episodes=sim_episodes, privileged=True), seed, actions) == expected
     # the lean step (no decision records) walks the same trajectory
     lean = vector_trace(make_vector_env(sc, 1, sim_episodes=sim_episodes), seed, actions, records=False)
     assert lean == [t[:4] if t[0] == "step" else t for t in expected]
@@ -83,6 +84,12 @@ def test_first_unseeded_reset_starts_where_a_lone_adapter_starts():
     assert np.array_equal(obs[1], AbmEnv(sc).reset(seed=sc.seed + 1)[0])  # world k: seed + k
     records = records_list(vec.step(np.array([1, 0, 1]))[4])
     assert [r["action"] for r in records] == [1, 0, 1] and all(set(r) >= {"obs", "next_obs", "done"} for r in records)
+    assert not any("outcome" in r for r in records)  # the label only where asked for (privileged)
+    privileged = make_vector_env(sc, 2, privileged=True)
+    assert privileged.reset()[1]["outcome"].dtype == bool
+    assert all(isinstance(r["outcome"], bool) for r in records_list(privileged.step(np.array([1, 0]))[4]))
+    with pytest.raises(UserError, match="privileged"):
+        AbmVectorEnv([AbmEnv(sc), AbmEnv(sc, privileged=True)])
 
 
 def per_episode_rewards(step_batch, n_episodes):
@@ -143,10 +150,11 @@ def test_a_wrapped_env_trains_alone_and_n_envs_is_bounded():
 def test_lean_ppo_gradient_is_torch_autograds_of_sb3s_loss():
     import torch
 
-    from policies.deep.lean_ppo import LeanPPOConfig, actor_critic, ppo_loss
+    from policies.deep.lean_ppo import actor_critic, ppo_loss
+    from policies.deep.ppo import PPOParams
 
     rng = np.random.default_rng(0)
-    cfg = LeanPPOConfig(ent_coef=0.05)
+    cfg = PPOParams(ent_coef=0.05)
     torch.manual_seed(0)
     net = actor_critic(4, 16)
     net.flat += rng.normal(scale=0.3, size=net.flat.shape).astype(np.float32)  # spread the ratios
@@ -182,7 +190,8 @@ def test_lean_ppo_gradient_is_torch_autograds_of_sb3s_loss():
 def test_lean_ppo_shortcuts_are_numpys_own_results_bit_for_bit():
     """The minibatch step's shortcuts (standardisation without ``mean``/``std``'s wrappers, distinct
     indices without ``np.unique``'s sort, the loss's value skipped) change no bit of a gradient."""
-    from policies.deep.lean_ppo import LeanPPOConfig, actor_critic, ppo_loss, standardize
+    from policies.deep.lean_ppo import actor_critic, ppo_loss, standardize
+    from policies.deep.ppo import PPOParams
     from policies.deep.learner import distinct_ids
 
     rng = np.random.default_rng(5)
@@ -201,7 +210,7 @@ def test_lean_ppo_shortcuts_are_numpys_own_results_bit_for_bit():
         assert np.array_equal(used, want_used) and np.array_equal(inverse, want_inverse)
         assert used.dtype == want_used.dtype and inverse.dtype == want_inverse.dtype
 
-    cfg = LeanPPOConfig()
+    cfg = PPOParams()
     net = actor_critic(4, 32)
     rows = rng.random((12, 4)).astype(np.float32)
     args = (rows, rng.integers(0, 12, 64), rng.integers(0, 2, 64), np.log(rng.uniform(0.3, 0.7, 64)).astype(np.float32),
@@ -399,8 +408,8 @@ def test_default_backend_keeps_existing_identities_and_files():
 
     sc = load_scenario(LENDING, ["policy.name=ppo"])
     assert scenario_to_dict(sc)["policy"] == {"name": "ppo"}
-    dumped = PPOParams().model_dump()
-    assert "backend" not in dumped and "n_envs" not in dumped  # config.json of sb3 runs: as before
+    dumped = PPOParams().model_dump()  # config.json records every parameter (issue 38), the identity does not
+    assert (dumped["backend"], dumped["n_envs"]) == ("sb3", 1)
     lean = load_scenario(LENDING, ["policy.name=ppo", "policy.backend=lean", "policy.n_envs=4"])
     assert config_hash(lean) != config_hash(sc)  # K changes the data: part of the run's identity
     assert PPOParams(backend="lean", n_envs=4).model_dump()["n_envs"] == 4

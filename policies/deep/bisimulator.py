@@ -632,7 +632,8 @@ class BisimTrainer:
 
     def _probes(self, n: int) -> list[ProbeEnv]:
         while len(self.probe_envs) < n:
-            self.probe_envs.append(ProbeEnv(self.raw_env.scenario, sim_episodes=10**6))
+            # privileged: the probe records' ``outcome`` column (the records of a phase)
+            self.probe_envs.append(ProbeEnv(self.raw_env.scenario, sim_episodes=10**6, privileged=True))
         return self.probe_envs[:n]
 
     def live_world(self):

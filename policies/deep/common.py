@@ -141,7 +141,9 @@ class DeepLender(Policy):
         episodes). Random numbers are drawn in this order: the adapter's probe simulation, the
         Bisimulator (torch.manual_seed), the learner's networks (SB3 reseeds torch and numpy),
         the adjuster (ELBERT's critic draws from torch), then training."""
-        raw = AbmEnv(scenario, sim_episodes=self.params.sim_episodes or scenario.episodes.count)
+        # privileged: the decision records carry the true outcome (A-PPO's and ELBERT-PO's
+        # recall-type constraints read it; the policy acts on the observation alone)
+        raw = AbmEnv(scenario, sim_episodes=self.params.sim_episodes or scenario.episodes.count, privileged=True)
         self.training_history = raw.history  # the K training worlds share it (AbmVectorEnv.around)
         env = raw if self.bisimulator is None else self.bisimulator.attach(raw)
         self.train_env = env
