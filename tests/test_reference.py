@@ -169,3 +169,15 @@ def test_abm_schema_prints_what_the_docs_hold(generated):
     assert code == 0 and out == (ROOT / "docs" / "scenario-reference.md").read_text()
     code, _, err = call_in_process("schema", "--bogus")
     assert code == 2 and "Traceback" not in err and "--bogus" in err
+
+
+def test_the_gym_page_keeps_its_generated_part_between_its_markers(tmp_path, generated):
+    page = generated[reference.GYM_FILE]
+    assert page.count(reference.GYM_BEGIN) == 1 and page.count(reference.GYM_END) == 1
+    from abm.gym import ENV_IDS
+
+    assert all(f"| `{id_}` | [`scenarios/{path.name}`]" in page for id_, path in ENV_IDS.items())
+    assert "| 0 | `credit_score` | 1 | 7 |" in page  # lending-credit's first column and its bounds
+    (tmp_path / reference.GYM_FILE).write_text(page.replace(reference.GYM_END, ""))
+    with pytest.raises(UserError, match="generated part"):
+        reference.gym_page(tmp_path / reference.GYM_FILE)
