@@ -99,8 +99,8 @@ def folder_digest(folder: Path) -> dict[str, str]:
             out[rel] = sha(json.dumps(data, sort_keys=True).encode())
         elif f.suffix == ".zip":  # SB3 zips: the weights (their "data" member pickles a start
             import zipfile     # time, memory addresses and the source path of a closure)
-            with zipfile.ZipFile(f) as z:
-                out[rel] = sha(b"".join(z.read(n) for n in sorted(z.namelist()) if n.endswith(".pth")))
+            with zipfile.ZipFile(f) as z:  # SB3's .pth weights, the lean learners' .npy arrays
+                out[rel] = sha(b"".join(z.read(n) for n in sorted(z.namelist()) if n.endswith((".pth", ".npy"))))
         else:
             out[rel] = sha(f.read_bytes())
     return out
