@@ -100,6 +100,8 @@ def make_env(scenario, *sets: str, overrides: Sequence[str] = (), sim_episodes: 
     to ``info`` (the module docstring). ``env.spec`` remakes the env (``gymnasium.make(env.spec)``).
     """
     sets = (*sets, *([overrides] if isinstance(overrides, str) else overrides))
+    if not all(isinstance(s, str) for s in sets):
+        raise UserError(f"make_env: overrides are strings like 'episodes.horizon=50', got {list(sets)!r}")
     fields = {k: v for k, v in (("seed", seed), ("episodes", episodes), ("policy", policy),
                                 ("objective", objective)) if v is not None}
     source = scenario
@@ -110,8 +112,7 @@ def make_env(scenario, *sets: str, overrides: Sequence[str] = (), sim_episodes: 
     env = AbmEnv(scenario, sim_episodes=sim_episodes, privileged=privileged)
     name = Path(source).stem if isinstance(source, (str, Path)) else scenario.name
     spec_kwargs = {"scenario": str(Path(source).resolve()) if isinstance(source, (str, Path)) else source,
-                   "overrides": sets,
-                   **fields, "sim_episodes": sim_episodes, "privileged": privileged}
+                   "overrides": sets, **fields, "sim_episodes": sim_episodes, "privileged": privileged}
     env.spec = EnvSpec(env_id(name), entry_point=ENTRY_POINT, order_enforce=False, disable_env_checker=True,
                        kwargs=spec_kwargs)
     return env
@@ -280,7 +281,8 @@ class AbmEnv(gymnasium.Env):
         that step many adapters, e.g. the Bisimulator's probe rollouts): answers the pending
         request with ``action`` (0 or 1) and runs the clock to the next one. Returns the request
         decided (agent_id, group, true outcome (None unless ``privileged``), observation), the
-        reward and whether the gym episode goes on; the next observation is ``_last_obs`` (the last one when it ended)."""
+        reward and whether the gym episode goes on; the next observation is ``_last_obs`` (the
+        last one when it ended)."""
         req = self._req
         if req is None:
             raise gymnasium.error.ResetNeeded("step() called before reset() or after the episode ended")

@@ -228,6 +228,9 @@ def test_bad_ids_and_keywords_are_refused_in_one_line():
             gymnasium.make("abm/LendingCredit-v0", sim_episodes=bad)
     with pytest.raises(UserError, match="overrides"):
         make_env(make_env(SCENARIOS / "lending-credit.yaml").scenario, "seed=1")
+    for bad in ([3], ["noequals"]):
+        with pytest.raises(UserError, match="overrides|expected dotted.path=value"):
+            gymnasium.make("abm/LendingCredit-v0", overrides=bad)
 
 
 def test_info_carries_no_true_outcome_unless_asked_for():
