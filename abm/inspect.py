@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from abm.errors import UserError
+from abm.errors import UserError, owned_output, read_user_file
 
 EVENT_COLUMNS = ("time", "episode", "agent_id", "kind")  # what a timeline needs; amount etc. are optional
 NUMERIC_EVENT_COLUMNS = ("time", "amount", "wealth_after", "decision_prob")
@@ -124,8 +125,8 @@ def study_runs(folder: str | Path) -> list[tuple[str, bool]] | None:
         return None
     ids: list[str] = []
     try:
-        ids = [str(spec["run_id"]) for spec in json.loads(manifest.read_text())["runs"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        ids = [str(spec["run_id"]) for spec in json.loads(read_user_file(manifest))["runs"]]
+    except (UserError, ValueError, KeyError, TypeError):
         pass
     if not ids and runs.is_dir():
         ids = sorted(p.name for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -150,8 +151,8 @@ def load_run(folder: str | Path) -> Run:
     if not summary_path.is_file():
         raise UserError(f"{folder}: not a complete run folder (no summary.json)")
     try:
-        summary = json.loads(summary_path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        summary = json.loads(read_user_file(summary_path).decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise UserError(f"{summary_path}: unreadable ({_reason(exc)})") from None
     if not isinstance(summary, dict):
         raise UserError(f"{summary_path}: expected a JSON object, got {type(summary).__name__}")
@@ -374,9 +375,9 @@ def study_export(folder: str | Path, runs: list[tuple[str, bool]]) -> tuple[dict
         summary: dict = {}
         if finished:
             try:
-                loaded = json.loads((folder / "runs" / run_id / "summary.json").read_bytes().decode("utf-8"))
+                loaded = json.loads(read_user_file(folder / "runs" / run_id / "summary.json").decode("utf-8"))
                 summary = loaded if isinstance(loaded, dict) else {}
-            except (OSError, ValueError):
+            except (UserError, ValueError):
                 summary = {}
         final = summary.get("final") if isinstance(summary.get("final"), dict) else {}
         rec = {"run_id": run_id, "finished": bool(finished),
@@ -420,15 +421,14 @@ def export_text(fmt: str, payload: dict, table: pd.DataFrame) -> str:
 
 
 def write_export(text: str, target: str | Path, flag: str) -> Path:
-    """Write ``text`` to ``target`` atomically (a temporary file renamed); any failure is one line
-    naming the flag and the path."""
-    path = Path(target)
-    if path.is_dir():
-        raise UserError(f"{flag} {path}: is a folder; give a file path (or - for stdout)")
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    """Write ``text`` to ``target`` atomically (a temporary file renamed onto a regular file or
+    nothing: ``owned_output``); any failure is one line naming the flag and the path."""
+    path = owned_output(target, flag, stdout_ok=True)  # never a symlink, FIFO, device or folder
+    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex[:8]}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
+        with open(tmp, "x", encoding="utf-8") as handle:  # "x": never through a file planted there
+            handle.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         try:

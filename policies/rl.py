@@ -308,9 +308,13 @@ class RLLender(Policy):
             self.net.load_state_dict(blob["weights"])
             self.optimizer.load_state_dict(blob["optimizer"])
             self.baseline.load(blob["extra"])
-            self.net.wealth_mean, self.net.wealth_std = float(config["wealth_mean"]), float(config["wealth_std"])
+            mean, std = float(config["wealth_mean"]), float(config["wealth_std"])
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise UserError(f"{where}: weights do not fit this network ({str(exc).splitlines()[0]})") from None
+        if not (np.isfinite(mean) and np.isfinite(std) and std > 0):  # rebase divides by the std
+            raise UserError(f"{where}: wealth_mean {mean} and wealth_std {std} are no standardisation "
+                            f"(finite, std > 0)")
+        self.net.wealth_mean, self.net.wealth_std = mean, std
         head, correction = self.optimizer.param_groups  # this run's step sizes, not the checkpoint's
         head["lr"], correction["lr"] = self.params.learning_rate, self.params.net_learning_rate
         self.net.rebase(*self.world_standardisation)

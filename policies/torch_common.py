@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from abm.errors import UserError
+from abm.errors import UserError, owned_output
 
 CHECKPOINT_FORMAT = "abm-lender-v1"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -199,6 +199,8 @@ def read_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any], dict]:
         config = json.loads(blob["config"])
     except (KeyError, TypeError, json.JSONDecodeError):
         raise UserError(f"checkpoint {p}: config is missing or not JSON") from None
+    if not isinstance(config, dict):
+        raise UserError(f"checkpoint {p}: config is a JSON {type(config).__name__}, not an object")
     for key in ("weights", "optimizer", "extra"):
         if not isinstance(blob.get(key), dict):
             raise UserError(f"checkpoint {p}: {key} missing")
@@ -228,6 +230,18 @@ def attach_checkpoint(scenario, path: str | Path):
     return validate_scenario_dict(data, "--load")
 
 
+def save_target(dest: str | Path) -> Path:
+    """``--save DEST`` checked (before the run, and again before the copy): a ``.pt`` path where
+    nothing but a regular file stands (``owned_output``: never through a symlink, onto a FIFO or a
+    device), or a folder that is not a file."""
+    dest = Path(dest)
+    if dest.suffix == ".pt":
+        return owned_output(dest, "--save")
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"--save {dest}: is not a folder; give a folder (or a .pt file path)")
+    return dest
+
+
 def export_checkpoint(run_folder: str | Path, dest: str | Path) -> Path:
     """``abm run --save``: copy the run folder's saved policy to ``dest`` (a .pt file for rl/perl,
     otherwise a folder)."""
@@ -236,14 +250,22 @@ def export_checkpoint(run_folder: str | Path, dest: str | Path) -> Path:
     src = Path(run_folder) / "policy"
     if not src.is_dir():
         raise UserError(f"--save: the run saved no policy (only learning lenders are saved): {run_folder}")
-    dest = Path(dest)
+    dest = save_target(dest)
     try:
         if dest.suffix == ".pt":
             if not (src / CHECKPOINT_FILE).is_file():
                 raise UserError(f"--save: {src} has no {CHECKPOINT_FILE}; give a folder instead of a .pt file")
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / CHECKPOINT_FILE, dest)
+            tmp = dest.with_name(f".tmp-{dest.name}-{os.getpid()}")
+            try:
+                shutil.copyfile(src / CHECKPOINT_FILE, tmp)
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
         else:
+            for file in src.rglob("*"):  # what the copy replaces must be a regular file, or nothing
+                if not file.is_dir():
+                    owned_output(dest / file.relative_to(src), "--save")
             shutil.copytree(src, dest, dirs_exist_ok=True)
     except OSError as exc:
         raise UserError(f"--save: cannot write {dest} ({exc.strerror or exc})") from None
