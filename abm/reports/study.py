@@ -33,6 +33,7 @@ import pandas as pd
 from abm.errors import UserError
 from abm.reports import figures
 from abm.reports.run import to_markdown
+from abm.runner import is_complete, run_folder_problem
 from abm.study.aggregate import config_label, latest_run_times, load_summary, read_manifest
 
 # metrics shown in the comparison tables and plots, when a family provides them
@@ -159,11 +160,15 @@ def study_family(manifest: dict) -> str | None:
 
 
 def run_folders(folder: Path, study: pd.DataFrame) -> dict[str, list[Path]]:
-    """Configuration label -> its finished run folders, in study order."""
+    """Configuration label -> its finished run folders, in study order; a damaged one (a file
+    truncated or overwritten since the study was aggregated) is a one-line UserError."""
     out: dict[str, list[Path]] = {}
     for r in study.drop_duplicates("run_id")[["run_id", "config"]].itertuples(index=False):
         path = folder / "runs" / str(r.run_id)
-        if (path / "summary.json").is_file():
+        if is_complete(path):
+            problem = run_folder_problem(path)
+            if problem is not None:
+                raise UserError(f"{path}: {problem}; rerun `abm study` to set the run aside and compute it again")
             out.setdefault(str(r.config), []).append(path)
     return out
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from abm.errors import UserError
+from abm.errors import UserError, read_user_file
 from abm.provenance import differs, recorded_fingerprint
 from abm.runner import is_complete, run_folder_problem, write_parquet
 
@@ -26,14 +26,40 @@ RUN_COLUMNS = ("run_id", "config_id", "config", "group", "groups", "policy", "ob
 TAIL_COLUMNS = ("replicate", "seed")
 
 
+# what a manifest holds (``abm.study.execute.write_manifest``) as its readers use it
+MANIFEST_FIELDS = {"name": str, "seed": int, "grid_keys": list, "runs": list}
+RUN_FIELDS = {"run_id": str, "config_id": str, "columns": dict, "groups": list, "replicate": int, "seed": int}
+
+
 def read_manifest(folder: Path) -> dict:
-    path = folder / "manifest.json"
+    """A study folder's ``manifest.json``, checked against ``MANIFEST_FIELDS`` and, for each run,
+    ``RUN_FIELDS`` (its ``columns`` naming the policy and objective, one group at least); anything
+    else is a one-line UserError naming the file."""
+    path = Path(folder) / "manifest.json"
     if not path.is_file():
         raise UserError(f"{folder}: not a study folder (no manifest.json; run `abm study` first)")
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(read_user_file(path))
     except ValueError as exc:
-        raise UserError(f"{path}: unreadable ({exc})") from None
+        raise UserError(f"{path}: unreadable ({' '.join(str(exc).split())})") from None
+    problem = _shape_problem(manifest, MANIFEST_FIELDS, "")
+    for i, spec in enumerate(manifest["runs"] if problem is None else []):
+        problem = problem or _shape_problem(spec, RUN_FIELDS, f"runs[{i}].")
+        if problem is None and not ({"policy", "objective"} <= set(spec["columns"]) and spec["groups"]):
+            problem = f"runs[{i}]: columns without policy and objective, or no groups"
+    if problem is not None:
+        raise UserError(f"{path}: not a study manifest ({problem}); rerun `abm study` to write it again")
+    return manifest
+
+
+def _shape_problem(value, fields: dict, where: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"{where.rstrip('.') or 'the top level'} is not an object"
+    for key, kind in fields.items():
+        found = value.get(key)
+        if not isinstance(found, kind) or kind is int and isinstance(found, bool):
+            return f"{where}{key} is {type(found).__name__ if key in value else 'missing'}, expected {kind.__name__}"
+    return None
 
 
 def config_label(columns: dict, grid_keys: list[str]) -> str:

@@ -38,6 +38,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -49,7 +50,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from abm.config import validate_scenario_dict
-from abm.errors import UserError
+from abm.errors import UserError, read_user_file
 from abm.provenance import is_stale, set_aside
 from abm.runner import first_missing, is_complete, run_folder_problem, run_to_folder, set_aside_corrupt
 from abm.study.aggregate import OLD_TIME_COLUMNS, TIME_COLUMNS, TIMES, aggregate as aggregate_runs
@@ -246,11 +247,19 @@ def local_client(n_workers: int, scratch: Path):
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                          local_directory=str(scratch), silence_logs=logging.ERROR, scheduler_port=0) as cluster, \
-                Client(cluster) as client:
+                          local_directory=str(scratch), silence_logs=logging.ERROR, scheduler_port=0,
+                          preload=[__name__]) as cluster, Client(cluster) as client:
             yield client
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def dask_setup(worker) -> None:
+    """Dask's preload hook, run in each local worker process as it starts (``local_client``): Ctrl+C
+    in a terminal reaches the whole process group, and this process stops the workers, so a worker
+    ignores it (instead of printing a traceback each)."""
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to change
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
@@ -386,16 +395,34 @@ def read_held(path: str | Path) -> set[str]:
     import pandas as pd
 
     path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such ledger (--skip)")
+    data = read_user_file(path, "--skip")  # a regular file of bounded size: a FIFO or /dev/zero never hangs
     try:
-        frame = pd.read_csv(path, usecols=lambda column: column == "run_id", dtype=str)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such ledger (--skip)") from None
-    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        frame = pd.read_csv(io.BytesIO(data), usecols=lambda column: column == "run_id", dtype=str, index_col=False)
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"{path}: not a ledger CSV (--skip: {reason})") from None
     if "run_id" not in frame.columns:
         raise UserError(f"{path}: not a ledger (--skip: no column 'run_id')")
     return set(frame["run_id"].dropna())
+
+
+def skip_notices(held: set[str] | frozenset[str], study: Study, source: str = "--skip") -> list[str]:
+    """Warnings about the run ids ``--skip`` gave (``read_held``): ids that hold a quote, comma or
+    line break (a ledger whose quoting is broken joins rows), and ids that are no run of ``study``."""
+    notes = []
+    odd = sorted(r for r in held if any(c in r for c in '",\r\n'))
+    if odd:
+        notes.append(f"{source}: {len(odd)} run id(s) hold a quote, comma or line break (broken CSV quoting?), "
+                     f"e.g. {odd[0]!r}")
+    unknown = held - {spec.run_id for spec in study.runs}
+    if held and unknown == held:
+        notes.append(f"{source}: none of its {len(held)} run ids is a run of study {study.name}; nothing is held")
+    elif unknown:
+        notes.append(f"{source}: {len(unknown)} of its {len(held)} run ids are no run of study {study.name} "
+                     f"(ignored)")
+    return notes
 
 
 def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None, workers: int | None = None,

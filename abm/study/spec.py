@@ -169,6 +169,13 @@ class StudyHeader(Section):
         "population and the same stream roots), which pairs the comparisons between configurations. "
         "Off: each run's seed is keyed by its configuration too."))
 
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _no_flags(cls, value: Any) -> Any:  # pydantic would read `seeds: true` as 1 replicate
+        if isinstance(value, bool) or isinstance(value, list) and any(isinstance(k, bool) for k in value):
+            raise ValueError("expected a count or a list of replicate keys, not true or false")
+        return value
+
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, value: int | list[int]) -> int | list[int]:
