@@ -4,6 +4,7 @@ import json
 
 import pandas as pd
 
+from conftest import ROOT, call_in_process
 
 SMALL = ["--set", "population.n_male=200", "--set", "population.n_female=200", "--episodes", "3", "--quiet"]
 
@@ -62,17 +63,19 @@ def test_a_run_folder_runs_again_from_its_own_scenario_yaml(cli, tmp_path):
     assert res.returncode == 2 and "without scenario.yaml" in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
-def test_bad_inputs_exit_2_one_line(cli, tmp_path):
+def test_bad_inputs_exit_2_one_line(tmp_path):
+    """In this process (``abm.cli.main``, the script's code; a process start per case cost ~1 s)."""
+    eutopia = str(ROOT / "scenarios" / "eutopia.yaml")
     cases = [
-        ("run", "scenarios/eutopia.yaml", "--policy", "nonexistent"),
-        ("run", "scenarios/eutopia.yaml", "--set", "arrivals.decay=oops"),
-        ("run", "scenarios/missing.yaml"),
+        ("run", eutopia, "--policy", "nonexistent"),
+        ("run", eutopia, "--set", "arrivals.decay=oops"),
+        ("run", str(ROOT / "scenarios" / "missing.yaml")),
         ("inspect", str(tmp_path / "no-such-run"), "--agent", "1"),
-        ("run", "scenarios/eutopia.yaml", "--objective", "sideways:utilitarian"),
-        ("run", "scenarios/eutopia.yaml", "--episodes", "many"),
+        ("run", eutopia, "--objective", "sideways:utilitarian"),
+        ("run", eutopia, "--episodes", "many"),
     ]
     for args in cases:
-        res = cli(*args)
-        assert res.returncode == 2, (args, res.stderr)
-        assert "Traceback" not in res.stderr
-        assert len(res.stderr.strip().splitlines()) == 1, (args, res.stderr)
+        code, _, err = call_in_process(*args)
+        assert code == 2, (args, err)
+        assert "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, (args, err)

@@ -77,9 +77,11 @@ def evaluation_rows(folder: str | Path | None, run_id: str) -> list[dict]:
         return []
     import json
 
+    from abm.errors import UserError, read_user_file
+
     try:
-        rows = json.loads(path.read_text())
-    except (OSError, ValueError):
+        rows = json.loads(read_user_file(path))  # bounded: a run folder may come from someone else
+    except (UserError, ValueError):
         return []
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
