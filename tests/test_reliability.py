@@ -182,6 +182,10 @@ def test_a_skip_ledger_that_matches_nothing_or_is_badly_quoted_is_a_warning(stud
                                 "quoting?), e.g. 'nope-1\\nnope-2'",
                                 f"warning: --skip {ledger}: none of its 1 run ids is a run of study tiny; nothing "
                                 "is held"]
+    import abm
+
+    with pytest.warns(UserWarning, match="skip: 1 of its 2 run ids are no run of study tiny"):
+        abm.study(TINY, out=study_dir, skip=["nope", next(p.name for p in (study_dir / "runs").iterdir())])
 
 
 # -- the six tracebacks -------------------------------------------------------------------------
