@@ -116,7 +116,7 @@ def test_nesting_at_the_limit_is_read():
     ("'x': 1\nx: 2\n", "s.yaml: x: duplicate key (line 2; first at line 1)"),
     ("0x10: a\n16: b\n", "s.yaml: 16: duplicate key (line 2; first at line 1)"),
     ("!!set {a, b, a}\n", "s.yaml: a: duplicate key (line 1; first at line 1)"),
-    ('"a\\nb": 1\n"a\\nb": 2\n', "s.yaml: 'a\\nb': duplicate key (line 2; first at line 1)"),
+    ('"a\\nb": 1\n"a\\nb": 2\n', "s.yaml: a\\nb: duplicate key (line 2; first at line 1)"),
 ])
 def test_duplicate_keys_are_refused_with_key_and_lines(text, message):
     assert refused(text, "duplicate key", cls="duplicate keys") == message
@@ -158,7 +158,7 @@ def test_integers_within_the_limit_and_long_floats_are_read():
     ('name: "a\\0b"\n', "s.yaml: name: text contains a NUL character (line 1)"),
     ('name: "a\\x00b"\n', "s.yaml: name: text contains a NUL character (line 1)"),
     ('name: "\\u0000"\n', "s.yaml: name: text contains a NUL character (line 1)"),
-    ('"a\\0": 1\n', "s.yaml: (top level) (a key): text contains a NUL character (line 1)"),
+    ('"a\\0": 1\n', "s.yaml: text contains a NUL character (line 1)"),  # in a key
     ('l: ["ok", "b\\0"]\n', "s.yaml: l[1]: text contains a NUL character (line 1)"),
     ("name: a\x00b\n", "s.yaml: text contains a NUL character (line 1)"),  # a raw NUL byte in the file
     ("a: 1\nb: |\n  x\x00\n", "s.yaml: text contains a NUL character (line 3)"),
@@ -183,7 +183,7 @@ def test_nul_in_strings_is_refused(text, where):
 ])
 def test_non_standard_tags_are_refused_and_never_run(text, tag):
     message = refused(text, f"YAML tag {tag} is not allowed (standard tags only)", cls="tags")
-    assert message.startswith("s.yaml: a: ") or message.startswith("s.yaml: (top level): ")
+    assert message.startswith(("s.yaml: a: YAML tag ", "s.yaml: YAML tag "))
 
 
 def test_standard_tags_are_read():
@@ -218,10 +218,9 @@ def alias_bomb(levels: int, width: int) -> str:
 
 
 @pytest.mark.parametrize("text,message", [
-    ("a: &x 1\nb: *x\n", "s.yaml: a: YAML anchor &x refused: anchors and aliases are not supported; "
-                         "write the value out (line 1)"),
-    ("b: *x\n", "s.yaml: b: YAML alias *x refused: anchors and aliases are not supported (a few lines of them can "
-                "expand to billions of values); write the value out (line 1)"),
+    ("a: &x 1\nb: *x\n", "s.yaml: a: YAML anchor &x refused: anchors and aliases are not supported (a few lines "
+                         "can expand to billions of values); write the value out (line 1)"),
+    ("b: *x\n", "s.yaml: b: YAML alias *x refused: anchors and aliases are not supported"),
     ("zz: &a [*a]\n", "s.yaml: zz: YAML anchor &a refused"),
     (alias_bomb(9, 9), "s.yaml: a0: YAML anchor &a0 refused"),
     ("base: &b {x: 1}\nother:\n  <<: *b\n", "s.yaml: base: YAML anchor &b refused"),
@@ -279,7 +278,7 @@ def test_messages_stay_one_line_whatever_the_source_or_keys():
     TRIED["one line"] += 1
     with pytest.raises(UserError) as info:
         load('"x\\u2028y": {"k\\n": !foo 1}\n', source="we\nird.yaml")
-    assert str(info.value) == "we\\nird.yaml: 'x\\u2028y'.'k\\n': YAML tag '!foo' is not allowed (standard tags only) (line 1)"
+    assert str(info.value) == "we\\nird.yaml: x\\u2028y.k\\n: YAML tag '!foo' is not allowed (standard tags only) (line 1)"
     REFUSED["one line"] += 1
 
 
