@@ -248,7 +248,8 @@ def local_client(n_workers: int, scratch: Path):
     try:
         with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                           local_directory=str(scratch), silence_logs=logging.ERROR, scheduler_port=0,
-                          preload=[__name__]) as cluster, Client(cluster) as client:
+                          scheduler_kwargs={"dashboard_address": ":0"},  # its HTTP routes: any free port, no
+                          preload=[__name__]) as cluster, Client(cluster) as client:  # warning when 8787 is taken
             yield client
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
