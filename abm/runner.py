@@ -31,7 +31,7 @@ import yaml
 from abm import __version__
 from abm.build import simulation
 from abm.config import config_hash, scenario_to_dict
-from abm.errors import InvariantError, UserError
+from abm.errors import InvariantError, UserError, read_user_file
 from abm.provenance import code_fingerprint, differs, recorded_fingerprint, set_aside
 from abm.world import HeadlineSummary, NullableMetrics
 
@@ -63,8 +63,8 @@ def run_folder_problem(folder: Path) -> str | None:
     row counts), so a truncated or overwritten file is caught without reading every event."""
     folder = Path(folder)
     try:
-        summary = json.loads((folder / COMPLETE_MARKER).read_text())
-    except (OSError, ValueError) as exc:
+        summary = json.loads(read_user_file(folder / COMPLETE_MARKER))  # bounded: it may be someone else's
+    except (UserError, ValueError) as exc:
         return f"{COMPLETE_MARKER} is unreadable ({type(exc).__name__})"
     if not isinstance(summary, dict):
         return f"{COMPLETE_MARKER} is not a JSON object"
