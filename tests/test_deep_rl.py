@@ -38,7 +38,7 @@ def trained(name, **params):
 
 def evaluate(decide, sc, configure=None, steps=2048, seed=99):
     """Per-decision reward, recall gap and return gap of ``decide`` on a fixed trajectory."""
-    env = AbmEnv(sc, sim_episodes=steps // 256)
+    env = AbmEnv(sc, sim_episodes=steps // 256, privileged=True)  # the recall gap counts the true outcomes
     obs, info = env.reset(seed=seed)
     if configure is not None:
         configure(env.sim.world)

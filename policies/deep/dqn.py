@@ -16,32 +16,13 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field
 from stable_baselines3 import DQN
 
-from policies.deep.common import DeepLender, DeepParams, linear_schedule
+from policies.deep.common import DeepLender, linear_schedule
 from policies.deep.lean_dqn import EXPLORATION_INITIAL_EPS, LeanDQNLearner
 from policies.deep.learner import SB3Learner
+from policies.deep.params import DQNParams
 from policies.torch_common import torch_device
-
-
-class DQNParams(DeepParams):
-    """DQN's hyperparameters, read by both learners (``dqn_kwargs`` for SB3, ``LeanDQNLearner``)."""
-
-    learning_rate: float = Field(5e-5, gt=0, le=1.0, description=(
-        "Adam step size at the start of training, annealed linearly to 0 (Table 7)."))
-    hidden: int = Field(256, ge=1, le=65536, description="Width of the Q-network's single tanh hidden layer (D.1).")
-    gamma: float = Field(0.99, gt=0, le=1.0, description="Discount factor.")
-    batch_size: int = Field(512, ge=1, le=10**7, description="Replay minibatch size (Table 7).")
-    tau: float = Field(1.0, gt=0, le=1.0, description="Target network update rate (1: a hard copy).")
-    target_update_interval: int = Field(10, ge=1, le=10**9, description="Decisions between target network updates (Table 7).")
-    gradient_steps: int = Field(4, ge=1, le=1000, description="Gradient steps per update (Table 7 'update epochs').")
-    train_freq: int = Field(4, ge=1, le=10**6, description="Decisions between updates.")
-    buffer_size: int = Field(10_000, ge=1, le=10**8, description="Transitions the replay buffer holds (the oldest are overwritten).")
-    learning_starts: int = Field(1_000, ge=0, le=10**9, description=(
-        "Decisions taken uniformly at random, and collected, before learning starts."))
-    exploration_fraction: float = Field(0.5, gt=0, le=1.0, description="Fraction of training over which epsilon decays linearly from 1.")
-    exploration_final_eps: float = Field(0.05, ge=0, le=1.0, description="Epsilon of epsilon-greedy after the decay.")
 
 
 def dqn_kwargs(p: DQNParams) -> dict:

@@ -28,7 +28,7 @@ sampling come from ``numpy.random.default_rng(seed)``; world k is reset with see
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -36,9 +36,7 @@ from abm.errors import InvariantError
 from abm.vector import AbmVectorEnv
 from policies.deep.learner import (Adam, AdvantageAdjuster, FlatParams, LeanLearner, StepHook, blas_single_thread,
                                    clip_grad_norm, distinct_ids, vector_records)
-
-if TYPE_CHECKING:
-    from policies.deep.dqn import DQNParams
+from policies.deep.params import DQNParams
 
 # SB3's DQN settings that are not user options
 EXPLORATION_INITIAL_EPS = 1.0  # epsilon at the start of training

@@ -31,7 +31,7 @@ its training env). Torch and numpy's BLAS run on one thread.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -39,9 +39,7 @@ from abm.errors import InvariantError, UserError
 from abm.vector import AbmVectorEnv
 from policies.deep.learner import (Adam, AdvantageAdjuster, FlatParams, LeanLearner, RolloutContext, StepHook,
                                    blas_single_thread, clip_grad_norm, distinct_ids, vector_records)
-
-if TYPE_CHECKING:
-    from policies.deep.ppo import PPOParams
+from policies.deep.params import PPOParams
 
 RECORD_COLUMNS = ("group", "action", "outcome", "reward", "done", "obs", "next_obs")  # what adjusters read
 ADAM_EPS = 1e-5  # Adam's epsilon: SB3's actor-critic default, not a user option

@@ -18,34 +18,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field
 from stable_baselines3 import PPO
 
-from policies.deep.common import DeepLender, DeepParams, linear_schedule
+from policies.deep.common import DeepLender, linear_schedule
 from policies.deep.lean_ppo import LeanPPOLearner
 from policies.deep.learner import SB3Learner
+from policies.deep.params import PPOParams
 from policies.torch_common import torch_device
-
-
-class PPOParams(DeepParams):
-    """PPO's hyperparameters, read by both learners (``ppo_kwargs`` for SB3, ``LeanPPOLearner``)."""
-
-    learning_rate: float = Field(5e-5, gt=0, le=1.0, description=(
-        "Adam step size at the start of training, annealed linearly to 0 (Table 6: 'Anneal learning rate')."))
-    hidden: int = Field(256, ge=1, le=65536, description="Width of the single tanh hidden layer of the actor and of the critic (D.1).")
-    gamma: float = Field(0.99, gt=0, le=1.0, description="Discount factor.")
-    gae_lambda: float = Field(0.95, ge=0, le=1.0, description="lambda of generalised advantage estimation (GAE).")
-    n_steps: int = Field(512, ge=2, le=10**7, description=(
-        "Decisions per rollout, one update each (Table 6 'batch size'); backend lean: over all n_envs worlds, "
-        "n_steps / n_envs each (a multiple of n_envs)."))
-    batch_size: int = Field(64, ge=2, le=10**7, description="Minibatch size of the update (Table 6 'mini batch').")
-    n_epochs: int = Field(5, ge=1, le=1000, description="Passes over the rollout per update (Table 6 'policy update epochs').")
-    clip_range: float = Field(0.2, gt=0, le=10.0, description=(
-        "Surrogate clipping coefficient; also clips the value update around the rollout's values (Table 6 "
-        "'clip value function loss')."))
-    ent_coef: float = Field(0.01, ge=0, le=10.0, description="Weight of the entropy bonus.")
-    vf_coef: float = Field(0.5, ge=0, le=10.0, description="Weight of the value loss.")
-    max_grad_norm: float = Field(0.5, gt=0, le=1e6, description="Gradients are rescaled to at most this global norm.")
 
 
 def ppo_kwargs(p: PPOParams) -> dict[str, Any]:
