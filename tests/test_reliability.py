@@ -87,7 +87,7 @@ def test_ctrl_c_and_sigterm_exit_130_and_143_saying_what_was_kept(study_dir, tmp
     assert not out.exists()  # the output root it created is removed again
     for sig, exit_code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         folder = tmp_path / f"study-{exit_code}"
-        code, lines = interrupt(["study", str(study_dir / "study.yaml"), "--set", "study.episodes=15", "--workers", "0",
+        code, lines = interrupt(["study", str(study_dir / "study.yaml"), "--set", "study.episodes=30", "--workers", "0",
                                  "--quiet", "--out", str(folder)], sig,
                                 lambda: any(folder.glob("runs/*/summary.json")), tmp_path)
         done = len(list(folder.glob("runs/*/summary.json")))
@@ -107,8 +107,8 @@ def test_ctrl_c_in_a_terminal_stops_a_dask_study_cleanly(tmp_path):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)  # the whole group, workers too, as Ctrl+C does
     err = proc.communicate(timeout=60)[1]
-    assert proc.returncode == 130 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1].startswith("interrupted: study tiny: ") and len(err.strip().splitlines()) == 1
+    lines = err.strip().splitlines()  # no worker traceback, no Dask warning: one line
+    assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: study tiny: "), err
     assert not (folder / ".dask-scratch").exists()
 
 
