@@ -42,8 +42,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/abm run scenarios/eutopia.yaml --episodes 50 --report
 
+# the suite on every core (pytest-xdist; work stealing evens out the long tests); a single file
+# or test runs in one process as usual: .venv/bin/python -m pytest tests/test_cli.py
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
