@@ -388,15 +388,16 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
 
     overrides = _texts("overrides", overrides)
     workers = _whole("workers", workers)
-    for name, value in (("out", out), ("scheduler", scheduler)):
-        _of_type(name, value, (str, Path, type(None)) if name == "out" else (str, type(None)), "a string or None")
+    _of_type("out", out, (str, Path, type(None)), "a folder path or None")
+    _of_type("scheduler", scheduler, (str, type(None)), "an address tcp://HOST:PORT or None")
     for name, value in (("retry_failed", retry_failed), ("recompute_stale", recompute_stale), ("quiet", quiet)):
         _of_type(name, value, (bool,), "True or False")
     order = order if isinstance(order, str) else _texts("order", order)  # a string: comma-separated
     if isinstance(study_file_or_dict, dict):
         spec = study_from_dict(apply_overrides(study_file_or_dict, overrides), "study")
     else:
-        spec = load_study(study_file_or_dict, overrides)
+        spec = load_study(_of_type("study", study_file_or_dict, (str, Path), "a study file or its content"),
+                          overrides)
     for notice in spec.notices:  # an entry that drops the base policy's parameters (abm study: "warning:")
         warnings.warn(notice, UserWarning, stacklevel=2)
     folder = Path(out) if out is not None else Path("outputs") / "studies" / spec.name

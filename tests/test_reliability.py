@@ -246,9 +246,12 @@ def test_api_parameters_are_named_and_never_truncated():
         assert str(err.value).startswith(message), err.value
     for kwargs, message in ((dict(workers=1.5), "workers: expected a whole number"),
                             (dict(quiet="no"), "quiet: expected True or False"),
-                            (dict(skip=[1]), "skip: expected strings")):
+                            (dict(skip=[1]), "skip: expected strings"),
+                            (dict(scheduler=8786), "scheduler: expected an address")):
         with pytest.raises(UserError, match=message):
             abm.study(TINY, **kwargs)
+    with pytest.raises(UserError, match="study: expected a study file or its content, got int 3"):
+        abm.study(3)
 
 
 def test_seeds_true_is_refused(tmp_path):
