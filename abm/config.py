@@ -12,62 +12,19 @@ import copy
 import hashlib
 import json
 import math
-import re
-import types
 import typing
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic_core import PydanticCustomError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_serializer, \
     model_validator
 
 from abm import objectives, registry, safe_yaml
 from abm.errors import UserError
+from abm.strict import refuse_loose_scalars
 
 MAX_SEED = 2**63 - 1
 MAX_APPLICATIONS = 1_000_000  # default episodes.max_applications (abm.engine enforces it)
-
-
-_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-
-
-def _loose_scalar(annotation: Any, value: Any) -> str | None:
-    """Why ``value`` is a surprising spelling of a number or flag for ``annotation`` (pydantic's
-    lax mode reads ``true`` as 1, ``"7"`` as 7 and ``1`` as true), or None when it is fine."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if value is None:
-            return None
-        reasons = [_loose_scalar(a, value) for a in options]
-        return None if any(r is None for r in reasons) else reasons[0]
-    if origin in (list, tuple) and isinstance(value, (list, tuple)):
-        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
-        if len(args) == 1 or (origin is tuple and len(set(args)) == 1):
-            return next((r for r in (_loose_scalar(args[0], v) for v in value) if r), None)
-        return None
-    shown = ("true" if value else "false") if isinstance(value, bool) else repr(value)
-    if annotation is float and isinstance(value, str) and _EXPONENT.match(value):
-        return None  # YAML 1.1 reads 1e6 (no dot) as text; it is a number as written (YAML 1.2)
-    if annotation in (int, float) and (isinstance(value, bool) or isinstance(value, str)):
-        return f"expected a number, got {shown}"
-    if annotation is bool and not isinstance(value, bool):
-        return f"expected true or false, got {shown}"
-    return None
-
-
-def refuse_loose_scalars(model: type[BaseModel], data: Any) -> Any:
-    """A ``mode="before"`` check: numbers must be numbers and flags true/false, as written in the
-    YAML (no ``"7"`` for 7, no ``true`` for 1, no ``1`` for true)."""
-    if isinstance(data, dict):
-        for name, info in model.model_fields.items():
-            key = info.alias or name
-            if key in data:
-                reason = _loose_scalar(info.annotation, data[key])
-                if reason:  # the message's formatter (format_validation_error) adds the key to the path
-                    raise PydanticCustomError("loose_scalar", "{key}: {reason}", {"key": key, "reason": reason})
-    return data
 
 
 class Section(BaseModel):
@@ -139,11 +96,25 @@ class OutputsConfig(Section):
 
 
 class ScenarioBase(Section):
-    """Fields every family shares. Families subclass this and add population/arrivals/dynamics,
-    and declare ``capabilities``: what the family provides to policies (``abm.world``); a
-    policy whose ``requires`` is not covered is refused when the scenario is validated."""
+    """Fields every family shares. A family's ``Scenario`` subclasses this, adds its own sections
+    and declares what the rest of abm reads about the family (a plugin family that declares
+    nothing gets these defaults):
+
+    capabilities     what it provides to policies (``abm.world.CAPABILITIES``); a policy whose
+                     ``requires`` is not covered is refused when the scenario is validated
+    units            what its "wealth" seam is and the unit of its money (the report's axes)
+    event_kinds      its own event kinds beyond the core's, registered when the class is defined
+                     (before its world asks ``abm.eventlog.kind_code`` for their codes)
+    live_parameters  the live view's sidebar: (dotted scenario path, label, min, max, step)
+    live_plots       the metric each of the live view's plots starts on
+    """
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    units: ClassVar[dict[str, str]] = {"wealth": "wealth", "wealth_unit": "units", "money": "units",
+                                       "score": "wealth or score"}
+    event_kinds: ClassVar[tuple[str, ...]] = ()
+    live_parameters: ClassVar[tuple[tuple[str, str, float, float, float], ...]] = ()
+    live_plots: ClassVar[tuple[str, ...]] = ("mean_wealth", "wealth_gap", "cumulative_profit", "reach")
 
     name: str = Field("scenario", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
                       description="Short name used in run-folder names.")
@@ -154,6 +125,14 @@ class ScenarioBase(Section):
         "Learning objective 'perspective:family[:param]' (learning policies), or a plugin objective by "
         "'module:Class' (an abm.objectives.CustomObjective subclass) or by its abm.objectives entry point."))
     outputs: OutputsConfig = Field(default_factory=OutputsConfig)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        field = cls.model_fields.get("family")
+        if cls.__dict__.get("event_kinds") and field is not None:  # its own, not a base family's
+            for name in typing.get_args(field.annotation):
+                registry.register_event_kinds(name, cls.event_kinds)
 
     @field_validator("objective")
     @classmethod
@@ -252,6 +231,10 @@ def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
     family = data.get("family")
     if not isinstance(family, str) or family not in registry.FAMILY_NAMES:
         raise UserError(f"{source}: family: unknown family {family!r} (allowed: {', '.join(registry.FAMILY_NAMES)})")
+    module = registry.family_module(family)
+    if not issubclass(module.Scenario, ScenarioBase):
+        raise UserError(f"{source}: family: unknown family {family!r}: module {module.__name__!r} is not a family "
+                        f"module (its Scenario must be an abm.config.ScenarioBase subclass)")
     try:
         scenario = _scenario_adapter().validate_python(data)
         registry.check_fits(scenario.policy.name, family, type(scenario).capabilities)

@@ -4,10 +4,11 @@ Events are appended in batches of numpy arrays (one append per decision batch, n
 event) and concatenated once at the end, so logging stays off the hot path.
 
 Event kinds. The core's own kinds are ``EventKind`` (an application, the bank's two decisions
-and the two loan outcomes). A family with events of its own declares them in the registry
-(``abm.registry.FAMILY_EVENT_KINDS``) and asks ``kind_code(name)`` for their int8 codes; the
-``kind`` column of every log is a categorical over the whole vocabulary (core kinds, then every
-registered family's in registry order), so logs of different families share one coding.
+and the two loan outcomes). A family with events of its own declares them
+(``Scenario.event_kinds``, registered by ``abm.registry.register_event_kinds``) and asks
+``kind_code(name)`` for their int8 codes; the ``kind`` column of every log is a categorical over
+the whole vocabulary (core kinds, then every registered family's in the order they were
+registered), so logs of different families share one coding.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ class EventKind(enum.IntEnum):
     DEFAULT = 4
 
 
-#: the ``kind`` categories: core kinds, then the families' own (codes follow this order)
-KIND_NAMES = [k.name.lower() for k in EventKind] + [
-    name for kinds in registry.FAMILY_EVENT_KINDS.values() for name in kinds]
+#: the ``kind`` categories: core kinds, then the families' own (codes follow this order); the
+#: registry's list, which registering a family's kinds extends in place
+KIND_NAMES = registry.KIND_NAMES
 
 
 def kind_code(name: str) -> np.int8:
@@ -41,7 +42,7 @@ def kind_code(name: str) -> np.int8:
     try:
         return np.int8(KIND_NAMES.index(name))
     except ValueError:
-        raise KeyError(f"event kind {name!r} is not registered (abm.registry.FAMILY_EVENT_KINDS)") from None
+        raise KeyError(f"event kind {name!r} is not registered (a family's Scenario.event_kinds)") from None
 
 COLUMNS = {
     "time": np.float64,

@@ -25,12 +25,14 @@ String form: ``perspective:family[:param]``, e.g. ``outcome:lagrangian:1.0``,
 
 Your own objective (a plugin): a ``CustomObjective`` subclass implementing ``reward(stats)``,
 named ``module:Class`` (or by an entry point of the group ``abm.objectives``) wherever an
-objective string goes. ``parse`` builds it with no arguments; the registry loads, refuses and
-fingerprints it as it does a policy plugin (``abm.registry``).
+objective string goes. ``parse`` builds it with no arguments; it is loaded by the plugin seam
+(``abm.plugins``), checked and remembered here (``plugin_class``, ``register``), and fingerprinted
+as a policy plugin is (``abm.registry.plugin_modules``).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from abc import ABC, abstractmethod
@@ -39,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from abm import registry
+from abm import plugins
 from abm.errors import UserError
 
 PERSPECTIVES = ("outcome", "dm", "two_sided")
@@ -48,6 +50,8 @@ FORMS = ("outcome|dm|two_sided[(alpha)] : utilitarian|social_welfare|rawlsian|la
          "or a plugin module:Class")
 DEFAULT_ALPHA = 0.5
 DEFAULT_LAMBDA = 1.0
+_UNKNOWN = "objective: unknown objective {name}"  # every refused plugin name begins so (then ": why")
+PLUGINS: dict[str, type] = {}  # plugin objective name -> its class (resolved or registered)
 _PATTERN = re.compile(r"^\s*(?P<perspective>\w+)\s*(?:\((?P<alpha>[^)]*)\))?\s*:\s*(?P<family>\w+)\s*"
                       r"(?::\s*(?P<param>[^:]+?))?\s*$")
 
@@ -130,8 +134,57 @@ class CustomObjective(ABC):
         return self.name or f"{type(self).__module__}:{type(self).__qualname__}"
 
 
+def is_plugin(text: str) -> bool:
+    """Whether an objective string names a plugin rather than a built-in form: ``module:Class``
+    whose first part is no built-in perspective and whose second no built-in reward family (so
+    ``dm:Foo`` is a bad built-in, never a module ``dm``), a registered class's name, or an
+    ``abm.objectives`` entry point's name."""
+    if not isinstance(text, str):
+        return False
+    name = text.strip()
+    if name in PLUGINS:
+        return True
+    if ":" not in name:
+        return bool(name) and name in plugins.entry_points("objective")
+    head, _, rest = name.partition(":")
+    return head.split("(")[0].strip() not in PERSPECTIVES and rest.split(":")[0].strip() not in FAMILIES
+
+
+def _check_class(obj: Any, name: str, target: str) -> type:
+    what = _UNKNOWN.format(name=repr(name))
+    if not (isinstance(obj, type) and issubclass(obj, CustomObjective)):
+        got = f"class {obj.__name__}" if isinstance(obj, type) else type(obj).__name__
+        raise UserError(f"{what}: {target} is not an abm.objectives.CustomObjective subclass (got {got})")
+    if inspect.isabstract(obj):
+        raise UserError(f"{what}: {target} is abstract (it must implement reward)")
+    return obj
+
+
+def plugin_class(name: str) -> type:
+    """The class of a plugin objective: ``module:Class``, a registered class's name or an
+    ``abm.objectives`` entry point's name (loaded once, refused in one line)."""
+    name = name.strip()
+    if name in PLUGINS:
+        return PLUGINS[name]
+    obj, target = plugins.resolve("objective", name, _UNKNOWN.format(name=repr(name)))
+    PLUGINS[name] = _check_class(obj, name, target)
+    return PLUGINS[name]
+
+
+def register(cls: type) -> str:
+    """Register a CustomObjective subclass given as an object; returns its name
+    ``module:QualName``, usable as a scenario's ``objective`` like any plugin name."""
+    name = f"{cls.__module__}:{cls.__qualname__}" if isinstance(cls, type) else repr(cls)
+    _check_class(cls, name, name)
+    if "<locals>" in cls.__qualname__:
+        raise UserError(f"{_UNKNOWN.format(name=repr(name))}: a class defined inside a function has no "
+                        f"importable name; define it at the top level of a module or notebook")
+    PLUGINS[name] = cls
+    return name
+
+
 def _plugin(name: str) -> CustomObjective:
-    cls = registry.objective_class(name)
+    cls = plugin_class(name)
     try:
         objective = cls()
     except Exception as exc:  # noqa: BLE001  the user's constructor: theirs to fix, in one line
@@ -157,7 +210,7 @@ def parse(text: str) -> Objective | CustomObjective:
     raise a UserError naming the allowed forms (a plugin: naming why it was refused)."""
     if not isinstance(text, str):
         raise UserError(f"objective: expected a string like 'outcome:lagrangian:1.0', got {text!r} (forms: {FORMS})")
-    if registry.is_objective_plugin(text):
+    if is_plugin(text):
         return _plugin(text.strip())
     m = _PATTERN.match(text)
     if not m:

@@ -1,9 +1,10 @@
 """The plugin tables: family name -> module, policy name -> "module:Class", event kinds, and plugins.
 
 Scenario files, ``--policy``, studies and the Python API refer to policies, families and
-objectives by name. A built-in name comes from the tables below (objectives: the forms of
-``abm.objectives``). Anything else is a *plugin*, resolved only in these forms (nothing else a
-user wrote is ever imported):
+objectives by name. A built-in policy's name comes from ``POLICIES`` below; a built-in family is
+a module of ``abm/families/`` that defines ``Scenario`` (its name is the family's); built-in
+objectives are the forms of ``abm.objectives``. Anything else is a *plugin*, resolved only in
+these forms (nothing else a user wrote is ever imported):
 
   policy  ``module:Class`` (a ``policies.base.Policy`` subclass in an importable module), or
           the name of an entry point in the group ``abm.policies`` of an installed package
@@ -13,51 +14,59 @@ user wrote is ever imported):
           ``World`` (``abm.world.World``), or the name of an entry point in the group
           ``abm.families`` (its value the module; the Literal is then the entry point's name);
   objective ``module:Class`` (an ``abm.objectives.CustomObjective`` subclass, built with no
-          arguments), or the name of an entry point in the group ``abm.objectives``; a string whose
-          first part is a built-in perspective or whose second a built-in reward family is a
-          built-in objective (so ``dm:Foo`` is a bad built-in, never a module ``dm``).
+          arguments), or the name of an entry point in the group ``abm.objectives``
+          (``abm.objectives.is_plugin`` tells a plugin from a built-in form).
 
-One loader (``_resolve``) serves policies and objectives. A plugin module is imported as any module is (``sys.path``: PYTHONPATH, an installed package);
-when it is not found there, the working directory is tried (appended, so it never shadows an
-installed package), as ``python -c`` would. A name that fails to import, or names something
-that is not a Policy (or not a family module, or not a CustomObjective), is a one-line
-``UserError`` naming it (exit 2). Loaded plugins' source files are part of a run's code
-fingerprint (``abm.provenance``, from ``plugin_modules``).
+The loader is the plugin seam, ``abm.plugins``: a name that fails to import is a one-line
+``UserError`` naming it (exit 2); so is one that names something that is not a Policy (checked
+here) or not a family module (here, and by ``abm.config``) or not a CustomObjective
+(``abm.objectives``). Loaded plugins' source files are part of a run's code fingerprint
+(``abm.provenance``, from ``plugin_modules``).
 
-A family's own event kinds (beyond the core's apply, approve, reject, repay, default) are
-registered here too: the built-ins' in ``FAMILY_EVENT_KINDS``, a plugin family's by
-``register_event_kinds`` (called by its module before it asks ``abm.eventlog.kind_code``).
+What the rest of abm knows about a family or a policy is declared on its own classes: a
+family's ``Scenario`` (``capabilities``, ``units``, ``event_kinds``, ``live_parameters``,
+``live_plots``: ``abm.config.ScenarioBase``) and a policy's ``requires`` (``policies.base``).
+``abm policies`` lists where each built-in policy applies by reading those two declarations
+from the source (``_declared``), so listing imports no policy or family (no torch).
+
+Event kinds: the core's (``CORE_EVENT_KINDS``, ``abm.eventlog.EventKind``) and each family's own,
+registered by ``register_event_kinds`` (a built-in's from its ``Scenario.event_kinds`` when the
+class is defined; a plugin family may also call it) into ``KIND_NAMES``, the event log's vocabulary.
 
 Modules are imported lazily, when a name is first used, so listing names costs nothing and a
 family's or policy's heavy imports (torch) cost only its users; pydantic, numpy and pandas are
-imported only by the functions that need them. This module sits at the bottom of the layer
-order: it imports nothing of the project but ``abm.errors`` and ``abm.world``, so the scenario
-schema (``abm.config``) can validate names and parameters without importing a policy or family
-module statically; the project modules it needs at run time (``policies.base``, ``abm.config``)
-are loaded by name, like every plugin.
+imported only by the functions that need them. This module sits in the bottom layer: it imports
+``abm.errors``, ``abm.plugins``, ``abm.world``, ``abm.objectives`` and ``policies.base``, all of
+that layer; families and policies (above it) are loaded by name, through the plugin seam.
 """
 
 from __future__ import annotations
 
-import importlib
+import ast
+import builtins
 import inspect
-import os
+import re
 import sys
 import typing
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from abm.errors import UserError
+from abm.plugins import entry_points, import_builtin, import_plugin, resolve
 
-# family name -> module path; the module defines ``Scenario`` (a ``ScenarioBase`` subclass with
-# ``family: Literal[name]`` and ``capabilities``) and ``World`` (``abm.world.World``)
-FAMILIES: dict[str, str] = {
-    "eutopia": "abm.families.eutopia",
-    "credit_score": "abm.families.credit_score",
-    "fico": "abm.families.fico",
-    "admissions": "abm.families.admissions",
-    "beta_belief": "abm.families.beta_belief",
-}
+ROOT = Path(__file__).resolve().parents[1]  # holds the packages abm and policies
+
+
+def _builtin_families() -> dict[str, str]:
+    """Family name -> module: every module of abm/families/ that defines ``Scenario``, by name."""
+    folder = ROOT / "abm" / "families"
+    return {path.stem: f"abm.families.{path.stem}" for path in sorted(folder.glob("*.py"))
+            if re.search(r"^class Scenario\b", path.read_text(), re.MULTILINE)}
+
+
+# family name -> module path: the built-ins, then plugin families as they are loaded
+FAMILIES: dict[str, str] = _builtin_families()
 
 
 class _FamilyNames(tuple):
@@ -75,36 +84,24 @@ class _FamilyNames(tuple):
 
 
 FAMILY_NAMES = _FamilyNames(FAMILIES)
-# event kinds a family logs beyond the core's (apply, approve, reject, repay, default); appended to
-# the event log's vocabulary in this order (``abm.eventlog.KIND_NAMES``). A plugin family adds its
-# own with ``register_event_kinds`` (appended after these, in the order they are registered).
-FAMILY_EVENT_KINDS: dict[str, tuple[str, ...]] = {
-    "admissions": ("admit", "manipulate", "leave"),
-}
-# the core's kinds (``abm.eventlog.EventKind``, which this layer cannot import): no family may reuse them
+# the core's event kinds (``abm.eventlog.EventKind``, in its order): no family may reuse them
 CORE_EVENT_KINDS = ("apply", "approve", "reject", "repay", "default")
-# A light mirror of each built-in family's ``Scenario.capabilities``, so ``abm policies`` can show
-# where each policy applies without importing a family (tests/test_plugins.py keeps it exact).
-FAMILY_CAPABILITIES: dict[str, frozenset[str]] = {
-    "eutopia": frozenset({"wealth", "latent_default", "labels", "approval_model", "decision_env"}),
-    "credit_score": frozenset({"score_curve", "decision_env"}),
-    "fico": frozenset({"score_curve", "decision_env"}),
-    "admissions": frozenset({"score_curve", "decision_env"}),
-    "beta_belief": frozenset({"loan_mdp"}),
-}
-ENTRY_POINT_GROUPS = {"policy": "abm.policies", "family": "abm.families", "objective": "abm.objectives"}
-# the extra that installs a missing third-party module a built-in policy or family needs
-EXTRAS = {"torch": "rl", "stable_baselines3": "rl", "gymnasium": "rl", "nevergrad": "rl", "solara": "dashboard"}
+# each family's own event kinds, as registered (``register_event_kinds``), in registration order
+FAMILY_EVENT_KINDS: dict[str, tuple[str, ...]] = {}
+# the event log's vocabulary: core kinds, then each registered family's (codes follow this order);
+# ``abm.eventlog.KIND_NAMES`` is this list, extended in place so codes handed out stay valid
+KIND_NAMES: list[str] = list(CORE_EVENT_KINDS)
 _PLUGIN_FAMILIES: dict[str, Any] = {}  # plugin family name -> its module
 
 
 def register_event_kinds(family: str, kinds: tuple[str, ...] | list[str]) -> None:
-    """Register a (plugin) family's own event kinds, so that ``abm.eventlog.kind_code(name)`` gives
-    their codes and every event log's ``kind`` categories include them. Call it in the family's
-    module before asking for a code (``registry.register_event_kinds(__name__, ("audit",))``).
-    A name must be a lower-case identifier, not a core kind and not another family's; registering
-    the same names again (a re-imported module) changes nothing. Codes are per process: event
-    logs are written with their kinds' names (a categorical), never with the codes."""
+    """Register a family's own event kinds, so that ``abm.eventlog.kind_code(name)`` gives their
+    codes and every event log's ``kind`` categories include them. A family declares them as
+    ``Scenario.event_kinds`` (registered when the class is defined); a plugin family's module may
+    instead call this before it asks for a code (``registry.register_event_kinds(__name__,
+    ("audit",))``). A name must be a lower-case identifier, not a core kind and not another
+    family's; registering the same names again (a re-imported module) changes nothing. Codes are
+    per process: event logs are written with their kinds' names (a categorical), never the codes."""
     kinds = tuple(kinds)
     what = f"family {family!r}: event kinds {kinds!r}"
     if not isinstance(family, str) or not family:
@@ -121,12 +118,7 @@ def register_event_kinds(family: str, kinds: tuple[str, ...] | list[str]) -> Non
         raise UserError(f"{what}: a kind is listed twice")
     known = FAMILY_EVENT_KINDS.get(family, ())
     FAMILY_EVENT_KINDS[family] = known + tuple(k for k in kinds if k not in known)
-    # the event log (core, above this layer) built its vocabulary when it was imported; extend it
-    # in place, by name (not an import), so codes handed out earlier stay what they were
-    log = sys.modules.get("abm.eventlog")
-    vocabulary = getattr(log, "KIND_NAMES", None)
-    if isinstance(vocabulary, list):
-        vocabulary.extend(k for k in kinds if k not in vocabulary)
+    KIND_NAMES.extend(k for k in kinds if k not in KIND_NAMES)
 
 
 def _is_family_plugin(name: str) -> bool:
@@ -140,7 +132,7 @@ def family_module(family: str):
     if family in FAMILIES and FAMILIES[family] in sys.modules:
         return sys.modules[FAMILIES[family]]
     if tuple.__contains__(FAMILY_NAMES, family):
-        return _import_builtin(FAMILIES[family], f"family {family!r}")
+        return import_builtin(FAMILIES[family], f"family {family!r}")
     if not isinstance(family, str) or not _is_family_plugin(family):
         raise UserError(f"family: unknown family {family!r} (registered: {', '.join(FAMILY_NAMES)}; "
                         f"a plugin family is a module path package.module)")
@@ -148,17 +140,19 @@ def family_module(family: str):
 
 
 def _load_family(name: str):
+    for builtin in FAMILY_NAMES:  # first: their event kinds' codes never depend on a plugin's
+        family_module(builtin)
     eps = entry_points("family")
     target = eps[name].value if name in eps else name
     module_name = target.split(":")[0]
     what = f"family: unknown family {name!r}"  # every refusal begins so (then ": why")
-    module = _import_plugin(module_name, what)
+    module = import_plugin(module_name, what)
     scenario, world = getattr(module, "Scenario", None), getattr(module, "World", None)
-    base = importlib.import_module("abm.config").ScenarioBase  # by name: abm.config is above this layer
-    if not (isinstance(scenario, type) and issubclass(scenario, base)) or not isinstance(world, type):
+    fields = getattr(scenario, "model_fields", None)  # a ScenarioBase subclass: abm.config checks
+    if not isinstance(scenario, type) or not isinstance(fields, dict) or not isinstance(world, type):
         raise UserError(f"{what}: module {module_name!r} is not a family module (it must define Scenario, "
                         f"an abm.config.ScenarioBase subclass, and World, a class)")
-    field = scenario.model_fields.get("family")
+    field = fields.get("family")
     allowed = typing.get_args(field.annotation) if field is not None else ()
     if name not in allowed:
         raise UserError(f"{what}: {module_name}.Scenario must declare family: Literal[{name!r}] "
@@ -181,6 +175,106 @@ def scenario_union():
     if len(classes) == 1:
         return classes[0]
     return Annotated[Union[classes], Field(discriminator="family")]
+
+
+# -- declarations read from the source ------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _source(module: str) -> ast.Module:
+    base = ROOT.joinpath(*module.split("."))
+    path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    if not path.is_file():
+        raise LookupError(module)
+    return ast.parse(path.read_text(), str(path))
+
+
+def _imported(module: str, name: str) -> str | None:
+    """What ``name`` is bound to by ``module``'s own imports: ``package.module`` or
+    ``package.module:Name`` (None when it is not imported there)."""
+    package = module if ROOT.joinpath(*module.split(".")).is_dir() else module.rpartition(".")[0]
+    for node in _source(module).body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return alias.name
+        elif isinstance(node, ast.ImportFrom):
+            anchor = package.split(".")[: len(package.split(".")) - max(node.level - 1, 0)] if node.level else []
+            origin = ".".join([*anchor, node.module] if node.module else anchor)
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    submodule = f"{origin}.{alias.name}"
+                    is_module = ROOT.joinpath(*submodule.split(".")).with_suffix(".py").is_file()
+                    return submodule if is_module else f"{origin}:{alias.name}"
+    return None
+
+
+def _literal(node: ast.expr) -> Any:
+    """A literal, or ``frozenset()`` of one, as written; LookupError for anything else."""
+    try:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "frozenset" \
+                and len(node.args) <= 1 and not node.keywords:
+            return frozenset(ast.literal_eval(node.args[0])) if node.args else frozenset()
+        return ast.literal_eval(node)
+    except ValueError:
+        raise LookupError(ast.unparse(node)) from None
+
+
+_ABSENT = object()  # no class on the way sets the attribute
+
+
+def _lookup(target: str, attr: str) -> Any:
+    """``attr`` as class ``target`` (``module:Class``) or its bases, depth first, set it."""
+    module, _, cls = target.partition(":")
+    if module.split(".")[0] not in ("abm", "policies"):
+        return _ABSENT  # a class outside the project (abc.ABC, pydantic's BaseModel) declares nothing of ours
+    node = next((n for n in _source(module).body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    if node is None:  # imported into the module, or a builtin (object, tuple)
+        origin = _imported(module, cls)
+        if origin is None and hasattr(builtins, cls):
+            return _ABSENT
+        if origin is None or ":" not in origin:
+            raise LookupError(target)
+        return _lookup(origin, attr)
+    for stmt in node.body:
+        name = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else \
+            stmt.target if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else None
+        if isinstance(name, ast.Name) and name.id == attr:
+            return _literal(stmt.value)
+    for base in node.bases:
+        if isinstance(base, ast.Name):
+            origin = _imported(module, base.id) or f"{module}:{base.id}"
+        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+            origin = f"{_imported(module, base.value.id)}:{base.attr}"
+        else:
+            raise LookupError(ast.unparse(base))
+        if ":" not in origin:
+            raise LookupError(origin)
+        value = _lookup(origin, attr)
+        if value is not _ABSENT:
+            return value
+    return _ABSENT
+
+
+def _declared(module: str, cls: str, attr: str) -> Any:
+    """Class ``module:cls``'s attribute ``attr`` as its source declares it, read without importing
+    (or running) anything: a literal (or ``frozenset`` of one) set in the class or, failing that,
+    in the first of its bases (followed through the modules' imports) that sets it. LookupError
+    when it is not written so (not a literal, a base that cannot be followed)."""
+    value = _lookup(f"{module}:{cls}", attr)
+    if value is _ABSENT:
+        raise LookupError(f"{module}:{cls}.{attr}")
+    return value
+
+
+def _class_attr(module: str, cls: str, attr: str, what: str) -> Any:
+    """A built-in class's declaration: from the class when its module is loaded, else from its
+    source, else (not written as a literal) from the class, imported."""
+    if module not in sys.modules:
+        try:
+            return _declared(module, cls, attr)
+        except (LookupError, SyntaxError):
+            pass
+    return getattr(getattr(import_builtin(module, what), cls), attr)
+
 
 # name -> "module:Class"; modules are imported lazily (torch only for learning policies)
 POLICIES: dict[str, str] = {
@@ -217,85 +311,9 @@ POLICIES: dict[str, str] = {
     "unconstrained": "policies.fair_mdp.policies:Unconstrained",
     "explore_then_commit": "policies.fair_mdp.policies:ExploreThenCommit",
 }
-_DEEP = frozenset({"decision_env"})
-_SCORE = frozenset({"score_curve"})
-_MDP = frozenset({"loan_mdp"})
-# A light mirror of each built-in policy's ``requires`` (``abm policies`` lists where each one
-# applies without importing it, i.e. without torch; tests/test_plugins.py keeps it exact).
-POLICY_REQUIRES: dict[str, frozenset[str]] = {
-    "approve_all": frozenset(), "reject_all": frozenset(), "random": frozenset(),
-    "wealth_threshold": frozenset({"wealth"}), "score_threshold": frozenset({"wealth"}),
-    "demographic_parity": frozenset({"wealth"}), "equal_opportunity": frozenset({"wealth", "labels"}),
-    "oracle": frozenset({"latent_default"}), "one_step": frozenset({"wealth"}),
-    "rl": frozenset({"approval_model"}), "perl": frozenset({"approval_model"}),
-    "max_util": _SCORE, "eo_threshold": _SCORE, "dp_threshold": _SCORE, "single_threshold": _SCORE,
-    "classifier": _SCORE,
-    "ppo": _DEEP, "dqn": _DEEP, "lag_ppo": _DEEP, "a_ppo": _DEEP, "elbert_po": _DEEP, "bisim_ppo": _DEEP,
-    "bisim_dqn": _DEEP,
-    "fair_lp": _MDP, "fair_cce": _MDP, "optimistic": _MDP, "conservative": _MDP, "race_blind": _MDP,
-    "unconstrained": _MDP, "explore_then_commit": _MDP,
-}
 _PLUGIN_POLICIES: dict[str, type] = {}  # plugin policy name -> its class (resolved or registered)
-_PLUGIN_OBJECTIVES: dict[str, type] = {}  # plugin objective name -> its class (resolved or registered)
-# every refused policy (objective) name begins so, whatever the reason (then ": why")
+# every refused policy name begins so, whatever the reason (then ": why")
 _UNKNOWN_POLICY = "policy.name: unknown policy {name}"
-_UNKNOWN_OBJECTIVE = "objective: unknown objective {name}"
-
-
-# -- entry points and imports -------------------------------------------------------------------
-@lru_cache(maxsize=None)
-def _entry_points(group: str) -> dict[str, Any]:
-    from importlib.metadata import entry_points as found
-
-    return {ep.name: ep for ep in found(group=group)}
-
-
-def entry_points(kind: str) -> dict[str, Any]:
-    """Installed packages' entry points of ``kind`` ('policy', 'family' or 'objective'), by name
-    (built-in names win over an entry point of the same name)."""
-    return _entry_points(ENTRY_POINT_GROUPS[kind])
-
-
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no message'}"
-
-
-def _import_builtin(module_name: str, what: str):
-    """A built-in module; a missing optional dependency names the extra that installs it."""
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        top = (exc.name or "").split(".")[0]
-        if top in EXTRAS:
-            raise UserError(f"{what} needs the [{EXTRAS[top]}] extra: pip install 'abm[{EXTRAS[top]}]' "
-                            f"(no module named {top!r})") from None
-        raise
-
-
-def _import_plugin(module_name: str, what: str):
-    """Import a plugin's module; on failure a one-line UserError naming ``what`` and the module."""
-    if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
-        raise UserError(f"{what}: {module_name!r} is not a module path")
-    try:
-        try:
-            return importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            cwd = os.getcwd()
-            missing_self = exc.name is not None and module_name.split(".")[0] == exc.name.split(".")[0]
-            if not missing_self or cwd in sys.path or "" in sys.path:
-                raise
-            sys.path.append(cwd)  # as `python -c` would see it; appended: never shadows a package
-            importlib.invalidate_caches()
-            return importlib.import_module(module_name)
-    except UserError:
-        raise
-    except Exception as exc:  # noqa: BLE001  any failure inside a user's module is theirs to fix
-        raise UserError(f"{what}: cannot import module {module_name!r} ({_one_line(exc)}); it must be importable "
-                        f"(on PYTHONPATH, in the working directory or installed)") from None
-
-
-def _policy_base() -> type:
-    return importlib.import_module("policies.base").Policy  # by name: policies is above this layer
 
 
 def _refused(name: str, why: str) -> UserError:
@@ -304,7 +322,9 @@ def _refused(name: str, why: str) -> UserError:
 
 
 def _check_policy_class(obj: Any, name: str, target: str) -> type:
-    if not (isinstance(obj, type) and issubclass(obj, _policy_base())):
+    from policies.base import Policy
+
+    if not (isinstance(obj, type) and issubclass(obj, Policy)):
         got = f"class {obj.__name__}" if isinstance(obj, type) else type(obj).__name__
         raise _refused(name, f"{target} is not a policies.base.Policy subclass (got {got})")
     if inspect.isabstract(obj):
@@ -312,26 +332,8 @@ def _check_policy_class(obj: Any, name: str, target: str) -> type:
     return obj
 
 
-def _resolve(kind: str, name: str, what: str) -> tuple[Any, str]:
-    """The object a plugin name refers to, and its ``module:Attr`` target: the name itself, or
-    the value of the entry point of that name in ``kind``'s group. Every refusal is one
-    ``UserError`` beginning with ``what`` (then ": why")."""
-    eps = entry_points(kind)
-    target = eps[name].value if ":" not in name and name in eps else name
-    module_name, sep, attr = target.partition(":")
-    if not sep or not attr:
-        raise UserError(f"{what}: expected module:Class, got {target!r}")
-    module = _import_plugin(module_name, what)
-    obj = module
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise UserError(f"{what}: module {module_name!r} has no {attr!r}")
-    return obj, target
-
-
 def _load_policy(name: str) -> type:
-    obj, target = _resolve("policy", name, _UNKNOWN_POLICY.format(name=repr(name)))
+    obj, target = resolve("policy", name, _UNKNOWN_POLICY.format(name=repr(name)))
     cls = _check_policy_class(obj, name, target)
     _PLUGIN_POLICIES[name] = cls
     return cls
@@ -365,7 +367,7 @@ def get(name: str) -> type:
     """The class of a policy: a registered name, ``module:Class`` or an entry point's name."""
     if name in POLICIES:
         module, cls = POLICIES[name].split(":")
-        return getattr(_import_builtin(module, f"policy {name!r}"), cls)
+        return getattr(import_builtin(module, f"policy {name!r}"), cls)
     if name in _PLUGIN_POLICIES:
         return _PLUGIN_POLICIES[name]
     if isinstance(name, str) and (":" in name or name in entry_points("policy")):
@@ -377,76 +379,31 @@ def get(name: str) -> type:
 def plugin_modules(policy_name: str | None, family: str | None, objective: str | None = None) -> list[str]:
     """The modules of the plugins a scenario uses (none for built-ins), for the fingerprint:
     its policy's, its family's and its objective's (``scenario.objective``)."""
+    from abm import objectives
+
     found = []
     if policy_name is not None and policy_name not in POLICIES:
         found.append(get(policy_name).__module__)
     if family is not None and not tuple.__contains__(FAMILY_NAMES, family):
         found.append(family_module(family).__name__)
-    if objective is not None and is_objective_plugin(objective):
-        found.append(objective_class(objective).__module__)
+    if objective is not None and objectives.is_plugin(objective):
+        found.append(objectives.plugin_class(objective).__module__)
     return sorted(set(found))
 
 
 def registered_classes(module: str) -> list[type]:
     """Plugin policy and objective classes registered from ``module`` (sources for a module
     without a file)."""
-    return [cls for cls in (*_PLUGIN_POLICIES.values(), *_PLUGIN_OBJECTIVES.values()) if cls.__module__ == module]
+    from abm import objectives
 
-
-# -- objectives ---------------------------------------------------------------------------------
-def _objective_base() -> type:
-    return importlib.import_module("abm.objectives").CustomObjective  # by name: it parses through here
-
-
-def is_objective_plugin(text: str) -> bool:
-    """Whether an objective string names a plugin rather than a built-in form: ``module:Class``
-    whose first part is no built-in perspective and whose second no built-in reward family,
-    a registered class's name, or an ``abm.objectives`` entry point's name."""
-    if not isinstance(text, str):
-        return False
-    name = text.strip()
-    if name in _PLUGIN_OBJECTIVES:
-        return True
-    if ":" not in name:
-        return bool(name) and name in entry_points("objective")
-    builtin = importlib.import_module("abm.objectives")
-    head, _, rest = name.partition(":")
-    return head.split("(")[0].strip() not in builtin.PERSPECTIVES and \
-        rest.split(":")[0].strip() not in builtin.FAMILIES
-
-
-def _check_objective_class(obj: Any, name: str, target: str) -> type:
-    what = _UNKNOWN_OBJECTIVE.format(name=repr(name))
-    if not (isinstance(obj, type) and issubclass(obj, _objective_base())):
-        got = f"class {obj.__name__}" if isinstance(obj, type) else type(obj).__name__
-        raise UserError(f"{what}: {target} is not an abm.objectives.CustomObjective subclass (got {got})")
-    if inspect.isabstract(obj):
-        raise UserError(f"{what}: {target} is abstract (it must implement reward)")
-    return obj
-
-
-def objective_class(name: str) -> type:
-    """The class of a plugin objective: ``module:Class``, a registered class's name or an
-    ``abm.objectives`` entry point's name (loaded once, refused in one line)."""
-    name = name.strip()
-    if name in _PLUGIN_OBJECTIVES:
-        return _PLUGIN_OBJECTIVES[name]
-    obj, target = _resolve("objective", name, _UNKNOWN_OBJECTIVE.format(name=repr(name)))
-    cls = _check_objective_class(obj, name, target)
-    _PLUGIN_OBJECTIVES[name] = cls
-    return cls
+    return [cls for cls in (*_PLUGIN_POLICIES.values(), *objectives.PLUGINS.values()) if cls.__module__ == module]
 
 
 def register_objective(cls: type) -> str:
-    """Register a CustomObjective subclass given as an object; returns its name
-    ``module:QualName``, usable as a scenario's ``objective`` like any plugin name."""
-    name = f"{cls.__module__}:{cls.__qualname__}" if isinstance(cls, type) else repr(cls)
-    _check_objective_class(cls, name, name)
-    if "<locals>" in cls.__qualname__:
-        raise UserError(f"{_UNKNOWN_OBJECTIVE.format(name=repr(name))}: a class defined inside a function has no "
-                        f"importable name; define it at the top level of a module or notebook")
-    _PLUGIN_OBJECTIVES[name] = cls
-    return name
+    """``abm.objectives.register`` (where the Python API registers an objective class)."""
+    from abm import objectives
+
+    return objectives.register(cls)
 
 
 # -- parameters, building, fit ------------------------------------------------------------------
@@ -487,23 +444,47 @@ def check_fits(policy_name: str, family: str, capabilities: frozenset[str]) -> N
         raise ValueError(f"policy {policy_name!r} does not apply to family {family!r}: it needs {needs}{hint}")
 
 
-def families_for(requires: frozenset[str] | set[str]) -> list[str]:
-    """The built-in families (and plugin families loaded so far) that provide ``requires``."""
-    fits = [f for f, caps in FAMILY_CAPABILITIES.items() if set(requires) <= caps]
-    fits += [f for f, mod in _PLUGIN_FAMILIES.items() if set(requires) <= set(mod.Scenario.capabilities)]
-    return fits
+def family_capabilities(plugins: bool = True) -> dict[str, frozenset[str]]:
+    """Each family's ``Scenario.capabilities``: the built-ins' (read without importing one that is
+    not loaded yet), then, with ``plugins``, those of the plugin families loaded so far."""
+    caps = {name: _class_attr(FAMILIES[name], "Scenario", "capabilities", f"family {name!r}") for name in FAMILY_NAMES}
+    if plugins:
+        caps.update({name: frozenset(module.Scenario.capabilities) for name, module in _PLUGIN_FAMILIES.items()})
+    return caps
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FAMILY_CAPABILITIES":  # the built-ins' (abm.cli, abm.reference), read when asked
+        return family_capabilities(plugins=False)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def policy_requires(name: str) -> frozenset[str]:
+    """A policy's ``requires``; a built-in's is read from its source when its module is not
+    loaded (so without torch)."""
+    if name not in POLICIES:
+        return frozenset(get(name).requires)
+    module, cls = POLICIES[name].split(":")
+    return frozenset(_class_attr(module, cls, "requires", f"policy {name!r}"))
+
+
+def families_for(requires: frozenset[str] | set[str], capabilities: dict[str, frozenset[str]] | None = None,
+                 ) -> list[str]:
+    """The built-in families (and plugin families loaded so far) that provide ``requires`` (of
+    ``capabilities``, when already read: ``family_capabilities()``)."""
+    return [f for f, caps in (capabilities or family_capabilities()).items() if set(requires) <= caps]
 
 
 # -- listing (abm policies) ---------------------------------------------------------------------
 def listing() -> list[dict[str, Any]]:
-    """Every policy name with where it applies, without importing any policy: built-ins from the
-    tables above, installed plugins from their entry points (families unknown until loaded)."""
-    rows = []
+    """Every policy name with where it applies, without importing any policy or family: built-ins'
+    declarations read from their source, installed plugins from their entry points (families
+    unknown until loaded)."""
+    rows, capabilities = [], family_capabilities()
     for name in sorted(POLICIES):
-        requires = POLICY_REQUIRES.get(name)
-        fams = families_for(requires) if requires is not None else None
+        requires = policy_requires(name)
         rows.append({"name": name, "target": POLICIES[name], "source": "built-in",
-                     "families": fams, "requires": sorted(requires) if requires is not None else None})
+                     "families": families_for(requires, capabilities), "requires": sorted(requires)})
     for name, ep in sorted(entry_points("policy").items()):
         if name not in POLICIES:
             rows.append({"name": name, "target": ep.value, "source": f"plugin: {ep.dist.name if ep.dist else '?'}",

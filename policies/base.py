@@ -11,6 +11,9 @@ What a policy needs from a scenario family is declared, not discovered: ``requir
 capabilities (``abm.world``) checked against the family's when a scenario is validated;
 ``privileged`` names the privileged columns it reads; ``saves`` says whether the run folder
 keeps its trained state (``save(folder)``).
+
+This protocol sits in the bottom layer (docs/ARCHITECTURE.md), beside ``abm.world``: the registry
+checks a plugin against ``Policy`` with an ordinary import.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from abm.config import refuse_loose_scalars
 from abm.errors import InvariantError
+from abm.strict import refuse_loose_scalars
 from abm.world import PolicyContext
 
 

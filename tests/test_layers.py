@@ -2,8 +2,15 @@
 order (docs/ARCHITECTURE.md), and no modules import each other in a circle.
 
 Every import counts, wherever it stands: module level, inside a function, under
-``TYPE_CHECKING``. Names loaded from strings at run time (the registry's "module:Class") are the
-plugin seam, not imports, and are not counted.
+``TYPE_CHECKING``, and so does ``importlib.import_module("...")`` or ``__import__("...")`` of a
+project module named by a literal string (an import written another way). Names the plugin seam
+loads from data at run time (``abm.plugins``: the registry's "module:Class", a family's module
+path) are not imports.
+
+The root package ``abm`` (its ``__init__``) is in no layer: Python runs it before any ``abm.*``
+module, so everything depends on it, and its PEP 562 ``__getattr__`` imports the Python API
+(``abm.api``, ``abm.study``) when ``abm.run`` and the like are first asked for. Its imports and
+imports of it are not counted.
 """
 
 from __future__ import annotations
@@ -18,18 +25,20 @@ from conftest import ROOT
 
 # lowest first; a module may import its own layer (without circles) and the layers below it
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("abm", "abm.errors", "abm.progress", "abm.provenance", "abm.data", "abm.hawkes", "abm.registry",
-              "abm.world", "abm.objectives", "abm.safe_yaml")),
+    ("base", ("abm.errors", "abm.progress", "abm.provenance", "abm.data", "abm.hawkes", "abm.registry",
+              "abm.plugins", "abm.world", "abm.objectives", "abm.safe_yaml", "abm.strict",
+              "policies", "policies.base")),  # the Policy protocol, beside abm.world's (docs/ARCHITECTURE.md)
     ("core", ("abm.eventlog", "abm.agents", "abm.engine", "abm.config", "abm.build")),
     ("families", ("abm.families", "abm.families.*")),
     ("adapters", ("abm.gym", "abm.vector")),
-    ("policies", ("policies", "policies.*")),
+    ("policies", ("policies.*",)),
     ("assembly", ("abm.runner", "abm.population")),
     ("applications", ("abm.study", "abm.study.*", "abm.reports", "abm.reports.*", "abm.inspect", "abm.bench",
                       "abm.dashboard", "abm.dashboard.*", "abm.cli", "abm.api",
                       "abm.reference")),
 )
 PACKAGES = ("abm", "policies")
+ROOT_PACKAGE = "abm"  # in no layer (see above)
 
 
 def project_modules() -> dict[str, Path]:
@@ -58,6 +67,8 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
+        elif _imports_by_name(node):
+            targets = [node.args[0].value]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -70,19 +81,29 @@ def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
         for target in targets:
             while target and target not in known:  # `import abm.families.eutopia` -> the module itself
                 target = target.rpartition(".")[0]
-            if target and target != module:
+            if target and target not in (module, ROOT_PACKAGE):
                 found.add(target)
     return found
+
+
+def _imports_by_name(node: ast.AST) -> bool:
+    """``importlib.import_module("x")``, ``import_module("x")`` or ``__import__("x")``: a literal name."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name in ("import_module", "__import__")
 
 
 def import_graph() -> dict[str, set[str]]:
     mods = project_modules()
     known = set(mods)
-    return {m: imports_of(m, p, known) for m, p in mods.items()}
+    return {m: imports_of(m, p, known) for m, p in mods.items() if m != ROOT_PACKAGE}
 
 
 def test_every_module_has_a_layer():
-    for module in project_modules():
+    for module in import_graph():
         layer_of(module)
 
 
@@ -90,7 +111,7 @@ def test_no_import_points_up_the_layers():
     upward = []
     for module, targets in import_graph().items():
         for target in targets:
-            if target != "abm" and layer_of(target) > layer_of(module):
+            if layer_of(target) > layer_of(module):
                 upward.append(f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} "
                               f"({LAYERS[layer_of(target)][0]})")
     assert upward == []
@@ -134,8 +155,11 @@ def test_no_import_circles():
 @pytest.mark.parametrize("source, expected", [
     ("import abm.families.eutopia", {"abm.families.eutopia"}),
     ("from abm import registry", {"abm.registry"}),
-    ("from abm import __version__", {"abm"}),
+    ("from abm import __version__", set()),  # the root package: in no layer
     ("def f():\n    from .lp import solve\n", {"policies.fair_mdp.lp"}),
+    ("import importlib\nbase = importlib.import_module('abm.config').ScenarioBase", {"abm.config"}),
+    ("def f():\n    return __import__('policies.base')", {"policies.base"}),
+    ("import importlib\nname = 'abm.config'\nmod = importlib.import_module(name)", set()),  # data: the plugin seam
 ])
 def test_the_checker_sees_every_form_of_import(tmp_path, source, expected):
     path = tmp_path / "mod.py"

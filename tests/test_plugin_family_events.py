@@ -1,7 +1,7 @@
-"""A plugin family's own event kinds, registered through the registry
-(``abm.registry.register_event_kinds``): the core's ``EventKind`` carries no family's words, a
-plugin family's kinds get codes from ``kind_code`` and land in its event log by name; bad or
-clashing names are refused in one line, before anything is registered."""
+"""A family's own event kinds, declared on its Scenario (``event_kinds``) or registered by its
+module (``abm.registry.register_event_kinds``): the core's ``EventKind`` carries no family's words,
+a family's kinds get codes from ``kind_code`` and land in its event log by name; bad or clashing
+names are refused in one line, before anything is registered."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 import pytest
 
 from abm import eventlog, registry
 from abm.errors import UserError
+from abm.families import admissions
 from conftest import ROOT, SCENARIOS
 
 FAMILY = '''\
@@ -59,6 +61,23 @@ def restore_vocabulary():
     registry.FAMILY_EVENT_KINDS.clear()
     registry.FAMILY_EVENT_KINDS.update(kinds)
     eventlog.KIND_NAMES[:] = names
+
+
+def test_a_declared_kind_is_registered_when_the_scenario_class_is_defined(restore_vocabulary):
+    assert registry.FAMILY_EVENT_KINDS["admissions"] == admissions.Scenario.event_kinds
+    assert eventlog.kind_code("leave") == eventlog.KIND_NAMES.index("leave") == admissions.LEAVE
+
+    class Scenario(admissions.Scenario):  # a family built on admissions: its kinds stay admissions'
+        family: Literal["fam_decl.lending"] = "fam_decl.lending"
+        event_kinds = ("appeal",)
+
+    assert registry.FAMILY_EVENT_KINDS["fam_decl.lending"] == ("appeal",)
+    assert eventlog.KIND_NAMES[-1] == "appeal" and registry.FAMILY_EVENT_KINDS["admissions"] == ("admit", "manipulate",
+                                                                                                "leave")
+    with pytest.raises(UserError, match="'admit' is already family 'admissions''s"):
+        class Clash(admissions.Scenario):
+            family: Literal["fam_clash.lending"] = "fam_clash.lending"
+            event_kinds = ("admit",)
 
 
 def test_the_core_kinds_carry_no_family_words():

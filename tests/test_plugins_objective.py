@@ -1,4 +1,4 @@
-"""Objective plugins (abm.objectives.CustomObjective, loaded by abm.registry like a policy plugin):
+"""Objective plugins (abm.objectives.CustomObjective, loaded by abm.plugins like a policy plugin):
 a user's objective from a module outside the package drives a learning lender through ``abm run``,
 an edit of it recomputes (its source is part of the fingerprint), a broken one exits 2 with one
 line; the built-in forms keep their meaning and messages; entry points of the group
@@ -165,10 +165,10 @@ def test_a_class_registered_as_an_object(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     import objplug_obj
 
-    name = registry.register_objective(objplug_obj.Constant)
+    name = objectives.register(objplug_obj.Constant)
     assert name == "objplug_obj:Constant" and objectives.parse(name).value(stats()) == 1.5
     with pytest.raises(UserError, match="not an abm.objectives.CustomObjective subclass"):
-        registry.register_objective(objplug_obj.NotAnObjective)
+        objectives.register(objplug_obj.NotAnObjective)
 
     def local():
         class Inner(objectives.CustomObjective):
@@ -177,7 +177,7 @@ def test_a_class_registered_as_an_object(tmp_path, monkeypatch):
         return Inner
 
     with pytest.raises(UserError, match="defined inside a function"):
-        registry.register_objective(local())
+        objectives.register(local())
 
 
 def test_the_python_api_takes_an_objective_class(tmp_path, monkeypatch):
@@ -203,7 +203,7 @@ def test_built_in_forms_keep_their_messages(text, fragment):
     with pytest.raises(UserError) as err:
         objectives.parse(text)
     assert fragment in str(err.value) and objectives.FORMS in str(err.value)
-    assert not registry.is_objective_plugin(text)
+    assert not objectives.is_plugin(text)
 
 
 def test_entry_point_objectives_of_installed_packages(tmp_path):

@@ -7,10 +7,11 @@ scenario and seed. The event log is off: the page shows episode metrics only.
 
 Model parameters (SolaraViz's sidebar; Reset applies them): the seed, the policy (those that fit
 the family, deep-RL trainers left out: they train for minutes before the first episode) and the
-family's main parameters (``MAIN_PARAMETERS``: dotted scenario paths, applied as ``--set``
-overrides after the command line's). A combination the scenario refuses keeps the previous
+family's main parameters (its ``Scenario.live_parameters``: dotted scenario paths, applied as
+``--set`` overrides after the command line's). A combination the scenario refuses keeps the previous
 scenario and says why above the plots. The plots are the report's figure specs drawn as
-interactive charts, with a metric picker each; they draw from the first episode on.
+interactive charts, with a metric picker each (starting on the family's ``Scenario.live_plots``);
+they draw from the first episode on.
 """
 
 from __future__ import annotations
@@ -39,34 +40,6 @@ warnings.filterwarnings("ignore", message=r".*ComponentsView: `use_state` found 
 # see abm.dashboard.app: served over http on 127.0.0.1, Solara falls back to SameSite=Lax and says so
 warnings.filterwarnings("ignore", message="Cookies with samesite=none require https", category=UserWarning)
 
-# per family: (dotted scenario path, label, min, max, step); the value shown is the scenario's
-MAIN_PARAMETERS = {
-    "eutopia": (("arrivals.base_slope", "arrival slope b (per $K of mean wealth)", 0.0, 0.1, 0.005),
-                ("arrivals.excitation", "excitation alpha", 0.0, 1.5, 0.05),
-                ("arrivals.decay", "decay beta", 0.5, 5.0, 0.1),
-                ("population.selection_strength", "selection strength lambda", 0.0, 2.0, 0.1),
-                ("population.tau_interest", "interest tau_interest", 0.05, 0.3, 0.01)),
-    "credit_score": (("dynamics.score_change_repay", "score change on repayment c+", 0, 3, 1),
-                     ("dynamics.score_change_default", "score change on default -c-", -3, 0, 1),
-                     ("bank.reward_default", "bank reward on default -r-", -3.0, 0.0, 0.1)),
-    "fico": (("dynamics.score_change_repay", "score change on repayment", 0.0, 150.0, 5.0),
-             ("dynamics.score_change_default", "score change on default", -300.0, 0.0, 10.0),
-             ("bank.utility_default", "bank utility of a default u-", -10.0, 0.0, 0.5)),
-    "admissions": (("dynamics.manipulation_prob", "manipulation chance epsilon", 0.0, 1.0, 0.05),
-                   ("dynamics.manipulation_gain", "score gain per manipulation", 0.0, 3.0, 0.5),
-                   ("bank.reject_success", "reward for rejecting a success r-", -2.0, 0.0, 0.1)),
-    "beta_belief": (("dynamics.reject_penalty", "denial penalty tau", 0.0, 0.5, 0.01),
-                    ("bank.risk_weight", "risk weight lambda", 0.0, 0.1, 0.005),
-                    ("bank.gamma", "discount gamma", 0.1, 0.95, 0.05)),
-}
-# the metric each plot starts on, per family (each plot has a picker over what the run records)
-LIVE_PLOTS = {
-    "eutopia": ("mean_wealth", "wealth_gap", "cumulative_profit", "reach"),
-    "credit_score": ("mean_score", "credit_gap", "recall", "cumulative_profit"),
-    "fico": ("mean_score", "credit_gap", "recall", "cumulative_profit"),
-    "admissions": ("recall", "recall_gap", "social_burden", "cumulative_profit"),
-    "beta_belief": ("exact_reward", "exact_dp_gap", "cumulative_profit", "profit"),
-}
 SLOW_POLICIES = "policies.deep."  # trainers of the deep-RL policies (minutes before the first episode)
 
 
@@ -106,11 +79,11 @@ class LiveSimulation(Simulation):
     def main_parameters(self) -> list[tuple[str, str, object]]:
         """(path, label, value) of the family's main parameters in the scenario being simulated."""
         return [(path, label, _get(self.scenario, path))
-                for path, label, *_ in MAIN_PARAMETERS.get(self.scenario.family, ())]
+                for path, label, *_ in self.scenario.live_parameters]
 
 
 def live_policies(family: str, current: str) -> list[str]:
-    """Policies that fit the family (from the registry's tables, nothing imported), fast ones only."""
+    """Policies that fit the family (from the declarations, no policy imported), fast ones only."""
     from abm import registry
 
     names = [r["name"] for r in registry.listing() if r["families"] and family in r["families"]
@@ -131,7 +104,7 @@ def model_params(model: LiveSimulation, scenario_file: str, policy: str | None, 
                    "values": live_policies(sc.family, sc.policy.name)},
     }
     del policy  # the Select starts on the scenario's policy, which already includes --policy
-    for path, label, lo, hi, step in MAIN_PARAMETERS.get(sc.family, ()):
+    for path, label, lo, hi, step in sc.live_parameters:
         value = _get(sc, path)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
@@ -197,8 +170,8 @@ def _plot(start: str, slot: int):
     return component
 
 
-def components(family: str) -> list:
-    return [episode_counter] + [_plot(stem, k) for k, stem in enumerate(LIVE_PLOTS.get(family, LIVE_PLOTS["eutopia"]))]
+def components(scenario) -> list:
+    return [episode_counter] + [_plot(stem, k) for k, stem in enumerate(scenario.live_plots)]
 
 
 @solara.component
@@ -217,6 +190,6 @@ def LiveView(scenario_file: str, seed: int | None, policy: str | None, overrides
 
     model = solara.use_memo(lambda: LiveSimulation(scenario_file, seed, policy, overrides), [])
     params = solara.use_memo(lambda: model_params(model, scenario_file, policy, overrides), [])
-    parts = solara.use_memo(lambda: components(model.scenario.family), [])
+    parts = solara.use_memo(lambda: components(model.scenario), [])
     SolaraViz(model, components=parts, model_params=params, play_interval=50,
               name=f"abm live: {model.scenario.name}")

@@ -25,8 +25,6 @@ from abm.families import steps
 from abm.world import Lever
 
 OBS_FIELDS = ("test_score", "group")
-# this family's own event kinds (declared in abm.registry.FAMILY_EVENT_KINDS)
-ADMIT, MANIPULATE, LEAVE = kind_code("admit"), kind_code("manipulate"), kind_code("leave")
 SEED_SUCCESS_PROBS = tuple(round(0.1 * k, 1) for k in range(10))  # Table 4
 DEFAULT_EPISODES = {"count": 10, "horizon": 100.0, "decision_interval": 1.0, "review": "immediate"}
 
@@ -97,6 +95,14 @@ class AdmissionsRewards(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
+    units: ClassVar[dict[str, str]] = {"wealth": "budget (units)", "wealth_unit": "budget units",
+                                       "money": "reward units", "score": "budget (units)"}
+    event_kinds: ClassVar[tuple[str, ...]] = ("admit", "manipulate", "leave")
+    live_parameters: ClassVar[tuple] = (
+        ("dynamics.manipulation_prob", "manipulation chance epsilon", 0.0, 1.0, 0.05),
+        ("dynamics.manipulation_gain", "score gain per manipulation", 0.0, 3.0, 0.5),
+        ("bank.reject_success", "reward for rejecting a success r-", -2.0, 0.0, 0.1))
+    live_plots: ClassVar[tuple[str, ...]] = ("recall", "recall_gap", "social_burden", "cumulative_profit")
     family: Literal["admissions"] = "admissions"
     population: AdmissionsPopulation = Field(default_factory=AdmissionsPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)
@@ -128,6 +134,10 @@ def generate(pop: AdmissionsPopulation, rng: np.random.Generator) -> pd.DataFram
         "test_score": np.clip(np.rint(score), 1, c_max),
         "budget": np.clip(np.rint(budget), 0, pop.budget_max),
     })
+
+
+# this family's own event kinds' codes (registered when Scenario, which declares them, was defined)
+ADMIT, MANIPULATE, LEAVE = kind_code("admit"), kind_code("manipulate"), kind_code("leave")
 
 
 class World(steps.DrawnOutcomes, steps.LastDecisions):

@@ -118,6 +118,13 @@ class BeliefEvaluation(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"loan_mdp"})
+    units: ClassVar[dict[str, str]] = {"wealth": "repayment belief (0-1)", "wealth_unit": "belief",
+                                       "money": "principal units", "score": "repayment belief (0-1)"}
+    live_parameters: ClassVar[tuple] = (
+        ("dynamics.reject_penalty", "denial penalty tau", 0.0, 0.5, 0.01),
+        ("bank.risk_weight", "risk weight lambda", 0.0, 0.1, 0.005),
+        ("bank.gamma", "discount gamma", 0.1, 0.95, 0.05))
+    live_plots: ClassVar[tuple[str, ...]] = ("exact_reward", "exact_dp_gap", "cumulative_profit", "profit")
     family: Literal["beta_belief"] = "beta_belief"
     population: BeliefPopulation = Field(default_factory=BeliefPopulation)
     dynamics: BeliefDynamics = Field(default_factory=BeliefDynamics)

@@ -138,6 +138,13 @@ class CreditBank(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
+    units: ClassVar[dict[str, str]] = {"wealth": "credit score (points)", "wealth_unit": "score points",
+                                       "money": "reward units", "score": "credit score (points)"}
+    live_parameters: ClassVar[tuple] = (
+        ("dynamics.score_change_repay", "score change on repayment c+", 0, 3, 1),
+        ("dynamics.score_change_default", "score change on default -c-", -3, 0, 1),
+        ("bank.reward_default", "bank reward on default -r-", -3.0, 0.0, 0.1))
+    live_plots: ClassVar[tuple[str, ...]] = ("mean_score", "credit_gap", "recall", "cumulative_profit")
     family: Literal["credit_score"] = "credit_score"
     population: CreditPopulation = Field(default_factory=CreditPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)

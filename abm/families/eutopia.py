@@ -151,6 +151,15 @@ class EutopiaDynamics(Section):
 class Scenario(ScenarioBase):
     capabilities: ClassVar[frozenset[str]] = frozenset({"wealth", "latent_default", "labels", "approval_model",
                                                         "decision_env"})
+    units: ClassVar[dict[str, str]] = {"wealth": "wealth ($K)", "wealth_unit": "$K", "money": "$K",
+                                       "score": "wealth ($K)"}
+    live_parameters: ClassVar[tuple] = (
+        ("arrivals.base_slope", "arrival slope b (per $K of mean wealth)", 0.0, 0.1, 0.005),
+        ("arrivals.excitation", "excitation alpha", 0.0, 1.5, 0.05),
+        ("arrivals.decay", "decay beta", 0.5, 5.0, 0.1),
+        ("population.selection_strength", "selection strength lambda", 0.0, 2.0, 0.1),
+        ("population.tau_interest", "interest tau_interest", 0.05, 0.3, 0.01))
+    live_plots: ClassVar[tuple[str, ...]] = ("mean_wealth", "wealth_gap", "cumulative_profit", "reach")
     family: Literal["eutopia"] = "eutopia"
     population: LoanlyPopulation = Field(default_factory=LoanlyPopulation)
     arrivals: HawkesArrivals = Field(default_factory=HawkesArrivals)

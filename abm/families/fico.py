@@ -109,6 +109,13 @@ class FicoBank(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
+    units: ClassVar[dict[str, str]] = {"wealth": "FICO score (300-850)", "wealth_unit": "score points",
+                                       "money": "utility units", "score": "FICO score (300-850)"}
+    live_parameters: ClassVar[tuple] = (
+        ("dynamics.score_change_repay", "score change on repayment", 0.0, 150.0, 5.0),
+        ("dynamics.score_change_default", "score change on default", -300.0, 0.0, 10.0),
+        ("bank.utility_default", "bank utility of a default u-", -10.0, 0.0, 0.5))
+    live_plots: ClassVar[tuple[str, ...]] = ("mean_score", "credit_gap", "recall", "cumulative_profit")
     family: Literal["fico"] = "fico"
     population: FicoPopulation = Field(default_factory=FicoPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)

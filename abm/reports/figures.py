@@ -48,21 +48,6 @@ MARKERS = {"circle": ("o", "circle"), "square": ("s", "square"), "triangle": ("^
            "left": ("<", "triangle-left"), "right": (">", "triangle-right"), "hexagon": ("h", "arrow"),
            "wedge": ("*", "wedge")}
 
-# what each family's "wealth" seam is, and the unit of its profit
-UNITS = {
-    "eutopia": {"wealth": "wealth ($K)", "wealth_unit": "$K", "money": "$K", "score": "wealth ($K)"},
-    "credit_score": {"wealth": "credit score (points)", "wealth_unit": "score points", "money": "reward units",
-                     "score": "credit score (points)"},
-    "fico": {"wealth": "FICO score (300-850)", "wealth_unit": "score points", "money": "utility units",
-             "score": "FICO score (300-850)"},
-    "admissions": {"wealth": "budget (units)", "wealth_unit": "budget units", "money": "reward units",
-                   "score": "budget (units)"},
-    "beta_belief": {"wealth": "repayment belief (0-1)", "wealth_unit": "belief", "money": "principal units",
-                    "score": "repayment belief (0-1)"},
-}
-DEFAULT_UNITS = {"wealth": "wealth", "wealth_unit": "units", "money": "units", "score": "wealth or score"}
-
-
 @dataclass(frozen=True)
 class Metric:
     """A metric over episodes: its column (``{g}``: one per group), title and y label (with units)."""
@@ -268,7 +253,16 @@ class Style:
 
 
 def units(family: str | None) -> dict[str, str]:
-    return UNITS.get(str(family), DEFAULT_UNITS)
+    """What the family's "wealth" seam is and the unit of its profit: its ``Scenario.units`` (a
+    family this process cannot load, e.g. a plugin's run read elsewhere: the defaults)."""
+    from abm import registry
+    from abm.config import ScenarioBase
+    from abm.errors import UserError
+
+    try:
+        return registry.family_module(family).Scenario.units if isinstance(family, str) else ScenarioBase.units
+    except UserError:
+        return ScenarioBase.units
 
 
 def axis_label(metric: Metric, groups: list[str], family: str | None) -> str:
