@@ -54,16 +54,17 @@ SMALL = ("population.size=100", "episodes.horizon=50", "episodes.count=1")
 
 @pytest.fixture
 def plugin_families(tmp_path, monkeypatch):
+    """The two families, beside the built-ins only (plugin families other tests loaded are set aside)."""
     package = tmp_path / "fam_decl"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "stars.py").write_text(FAMILY)
     (package / "plain.py").write_text(PLAIN)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "FAMILIES", {name: registry.FAMILIES[name] for name in registry.FAMILY_NAMES})
+    monkeypatch.setattr(registry, "_PLUGIN_FAMILIES", {})
+    registry.scenario_union.cache_clear()
     yield {name: registry.family_module(name) for name in (NAME, "fam_decl.plain")}
-    for name in (NAME, "fam_decl.plain"):
-        registry._PLUGIN_FAMILIES.pop(name, None)
-        registry.FAMILIES.pop(name, None)
     registry.scenario_union.cache_clear()
 
 
