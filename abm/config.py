@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from abm import objectives, registry, safe_yaml
 from abm.errors import UserError
-from abm.strict import refuse_loose_scalars
+from abm.strict import did_you_mean, fields_at, refuse_loose_scalars
 
 MAX_SEED = 2**63 - 1
 MAX_APPLICATIONS = 1_000_000  # default episodes.max_applications (abm.engine enforces it)
@@ -195,15 +195,24 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     return out
 
 
-def format_validation_error(source: str, exc: ValidationError) -> str:
-    """One line per problem: ``source: field.path: bad value -> message``."""
+def format_validation_error(source: str, exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line per problem: ``source: field.path: bad value -> message``; an unknown key of
+    ``model`` (the validated class) gets a "did you mean" for the closest known one."""
     lines = []
     for err in exc.errors(include_url=False):
-        loc = [str(x) for x in err.get("loc", ())]
+        raw = tuple(err.get("loc", ()))
         # drop the discriminator tag pydantic inserts for unions (e.g. 'eutopia')
-        if loc and loc[0] in registry.FAMILY_NAMES:
-            loc = loc[1:]
+        if raw and raw[0] in registry.FAMILY_NAMES:
+            raw = raw[1:]
+        loc: list[str] = []
+        for part in raw:  # a list index joins its list: groups[0] (0-based, as everywhere)
+            if isinstance(part, int) and loc:
+                loc[-1] += f"[{part}]"
+            else:
+                loc.append(str(part))
         msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden" and model is not None:
+            msg = "unknown field" + did_you_mean(raw[-1], fields_at(model, raw[:-1]))
         if err.get("type") == "loose_scalar":  # raised for the whole section: name the field
             loc, msg = [*loc, err["ctx"]["key"]], err["ctx"]["reason"]
         path = ".".join(loc) or "(top level)"
@@ -230,7 +239,8 @@ def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
         data = {**data, "family": "eutopia"}
     family = data.get("family")
     if not isinstance(family, str) or family not in registry.FAMILY_NAMES:
-        raise UserError(f"{source}: family: unknown family {family!r} (allowed: {', '.join(registry.FAMILY_NAMES)})")
+        raise UserError(f"{source}: family: unknown family {family!r}{did_you_mean(family, registry.FAMILY_NAMES)} "
+                        f"(allowed: {', '.join(registry.FAMILY_NAMES)})")
     module = registry.family_module(family)
     if not issubclass(module.Scenario, ScenarioBase):
         raise UserError(f"{source}: family: unknown family {family!r}: module {module.__name__!r} is not a family "
@@ -239,7 +249,7 @@ def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
         scenario = _scenario_adapter().validate_python(data)
         registry.check_fits(scenario.policy.name, family, type(scenario).capabilities)
     except ValidationError as exc:
-        raise UserError(format_validation_error(source, exc)) from None
+        raise UserError(format_validation_error(source, exc, module.Scenario)) from None
     except ValueError as exc:  # the policy does not fit the family
         raise UserError(f"{source}: policy.name: {exc}") from None
     except UserError as exc:  # raised inside validators (policy registry, objectives)

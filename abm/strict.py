@@ -1,4 +1,5 @@
-"""Numbers and flags as written: the check every config section and every policy's parameters share.
+"""What every config section and every policy's parameters share: numbers and flags as written, and a
+"did you mean" for a misspelled name.
 
 Pydantic's lax mode reads ``true`` as 1, ``"7"`` as 7 and ``1`` as true; a scenario file that
 writes one of those is almost always a mistake, so ``refuse_loose_scalars`` (a ``mode="before"``
@@ -8,6 +9,7 @@ so the scenario schema (``abm.config``) and the policy protocol (``policies.base
 
 from __future__ import annotations
 
+import difflib
 import re
 import types
 import typing
@@ -55,3 +57,30 @@ def refuse_loose_scalars(model: type[BaseModel], data: Any) -> Any:
                 if reason:  # the message's formatter (format_validation_error) adds the key to the path
                     raise PydanticCustomError("loose_scalar", "{key}: {reason}", {"key": key, "reason": reason})
     return data
+
+
+def did_you_mean(word: Any, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a misspelled ``word``, else ''."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's annotation holds (through Optional, unions, lists, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in typing.get_args(annotation) for m in _models_in(a)]
+
+
+def fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names (aliases where set) of the model at ``loc`` under ``model``: where an
+    unknown key stood, the keys that would have been known. List indices are stepped over."""
+    models = [model]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        models = [m for parent in models for name, info in parent.model_fields.items()
+                  if part in (name, info.alias) for m in _models_in(info.annotation)]
+    return sorted({info.alias or name for m in models for name, info in m.model_fields.items()})

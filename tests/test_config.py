@@ -110,3 +110,24 @@ def test_frozen_config():
 def test_regime_contradiction():
     with pytest.raises(UserError, match="contradicts regime"):
         load_scenario(GOOD, ["population.default_range=[0.1, 0.2]"])
+
+
+CREDIT = "scenarios/lending-credit.yaml"
+MISSPELLED = [  # (file, override, the one line must say) -- exit 2, and a suggestion where one is close
+    (GOOD, "population.n_mal=3", "population.n_mal: unknown field (did you mean 'n_male'?)"),
+    (GOOD, "populaton.size=3", "populaton: unknown field (did you mean 'population'?)"),
+    (GOOD, "arrivals.zzzz=1", "arrivals.zzzz: unknown field (got 1)"),  # nothing close: no guess
+    (CREDIT, "family=credit_scor", "unknown family 'credit_scor' (did you mean 'credit_score'?)"),
+    (CREDIT, "population.groups=[{name: A, initial_distributon: [0.5, 0.5]}]",
+     "population.groups[0].initial_distributon: unknown field (did you mean 'initial_distribution'?)"),
+    # a bad entry is named by its index (0-based, as the path's list indices)
+    (CREDIT, "population.groups=[{name: A, initial_distribution: [0.5, -0.1, 0.6]}]",
+     "population.groups[0].initial_distribution: entry [1] is negative (-0.1)"),
+    (CREDIT, "population.groups=[{name: A, initial_distribution: [0.5, 0.6]}]", "must sum to 1, got sum 1.1"),
+]
+
+
+@pytest.mark.parametrize("path,override,needle", MISSPELLED)
+def test_a_misspelled_name_gets_a_did_you_mean_and_a_bad_entry_its_index(monkeypatch, capsys, path, override, needle):
+    code, _, err = run_main(monkeypatch, capsys, "validate", path, "--set", override)
+    assert code == 2 and needle in err and all(line.startswith("error: ") for line in err.splitlines()), err

@@ -41,8 +41,12 @@ class CreditGroup(Section):
     @field_validator("initial_distribution")
     @classmethod
     def _simplex(cls, value: list[float]) -> list[float]:
-        if any(v < 0 for v in value) or abs(sum(value) - 1.0) > 1e-6:
-            raise ValueError(f"must be non-negative and sum to 1, got sum {sum(value):.6g}")
+        negative = next((i for i, v in enumerate(value) if v < 0), None)
+        if negative is not None:
+            raise ValueError(f"entry [{negative}] is negative ({value[negative]:.6g}): a distribution's entries "
+                             f"are probabilities, non-negative and summing to 1")
+        if abs(sum(value) - 1.0) > 1e-6:
+            raise ValueError(f"must sum to 1, got sum {sum(value):.6g}")
         return value
 
 
