@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from abm import __version__, registry
+from abm import __version__, objectives, registry
 from abm.config import apply_overrides, config_hash, load_scenario, scenario_to_dict, validate_scenario_dict
 from abm.errors import UserError
 
@@ -86,6 +86,26 @@ def _texts(name: str, value: Any) -> list[str]:
     return items
 
 
+_PLUGIN_KEYS = ("name", "family", "objective", "policy", "policies", "objectives")
+
+
+def _strings_under(data: Any, inside: bool = False) -> list[str]:
+    """The strings of a mapping given in code under the keys that name plugins."""
+    if isinstance(data, dict):
+        return [t for k, v in data.items() for t in _strings_under(v, inside or k in _PLUGIN_KEYS)]
+    if isinstance(data, (list, tuple)):
+        return [t for v in data for t in _strings_under(v, inside)]
+    return [data] if inside and isinstance(data, str) else []
+
+
+def _named_in_code(*values: Any, overrides: list[str] = (), mapping: Any = None) -> None:
+    """A plugin name given in code (``policy=``, ``objective=``, ``overrides``, a mapping) is the
+    user's consent to import it from the working directory (``abm.plugins``; the user wrote code)."""
+    from abm import plugins
+
+    plugins.allow(names=plugins.typed_names([*values, *_strings_under(mapping)], overrides))
+
+
 def resolve_scenario(scenario: Any, *, policy: Any = None, episodes: int | None = None, seed: int | None = None,
                      overrides: Iterable[str] = (), objective: Any = None):
     """The validated scenario object for the API's inputs (what ``abm run`` would resolve);
@@ -94,10 +114,11 @@ def resolve_scenario(scenario: Any, *, policy: Any = None, episodes: int | None 
     name = _policy_name(policy)
     episodes, seed = _whole("episodes", episodes), _whole("seed", seed)
     if isinstance(objective, type):  # objective=MyObjective: a CustomObjective subclass, by its plugin name
-        objective = registry.register_objective(objective)
+        objective = objectives.register(objective)
     elif objective is not None:
         _of_type("objective", objective, (str,), "a string or a CustomObjective subclass")
     overrides = _texts("overrides", overrides)
+    _named_in_code(name, objective, overrides=overrides, mapping=scenario if isinstance(scenario, dict) else None)
     if isinstance(scenario, (str, Path)):
         return load_scenario(scenario, overrides, policy=name, episodes=episodes, seed=seed, objective=objective)
     if isinstance(scenario, dict):
@@ -393,6 +414,7 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
     for name, value in (("retry_failed", retry_failed), ("recompute_stale", recompute_stale), ("quiet", quiet)):
         _of_type(name, value, (bool,), "True or False")
     order = order if isinstance(order, str) else _texts("order", order)  # a string: comma-separated
+    _named_in_code(overrides=overrides, mapping=study_file_or_dict if isinstance(study_file_or_dict, dict) else None)
     if isinstance(study_file_or_dict, dict):
         spec = study_from_dict(apply_overrides(study_file_or_dict, overrides), "study")
     else:

@@ -25,12 +25,30 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 160)
 
 
+PLUGINS_HELP = ("Also import plugin modules (module:Class, package.module) from this folder, for this command "
+                "(repeatable); without it a plugin named in a file comes only from an installed package or "
+                "PYTHONPATH.")
+
+
+def _consent(folders: List[Path], *typed: Optional[str], sets: List[str] = ()) -> None:
+    """What this command may import: the ``--plugins`` folders, and the plugin names typed on the
+    command line (from the working directory; ``abm.plugins``)."""
+    from abm import plugins
+
+    plugins.allow(folders, plugins.typed_names(typed, sets))
+
+
 @app.command()
-def validate(files: List[Path] = typer.Argument(..., help="Scenario or study files."),
-             set_: List[str] = typer.Option([], "--set", help="Override dotted.path=value.")) -> None:
-    """Check scenario (or study) files: exit 0, or exit 2 with one line per problem."""
+def validate(files: List[Path] = typer.Argument(..., help="Scenario or study files (or run folders)."),
+             set_: List[str] = typer.Option([], "--set", help="Override dotted.path=value."),
+             policy: Optional[str] = typer.Option(None, help="Validate scenario files as `abm run --policy` would "
+                                                  "run them: a registered name or a plugin module:Class."),
+             plugins_: List[Path] = typer.Option([], "--plugins", metavar="DIR", help=PLUGINS_HELP)) -> None:
+    """Check scenario (or study) files as `abm run` / `abm study` would: exit 0, or exit 2 with one line
+    per problem. Imports a plugin only where `run` would (installed, PYTHONPATH, --plugins, typed names)."""
     from abm.config import load_scenario, read_yaml
 
+    _consent(plugins_, policy, sets=set_)
     problems = []
     for f in files:
         try:
@@ -38,10 +56,12 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario or study fil
             if "study" in data or "base" in data and "grid" in data:
                 from abm.study import load_study
 
+                if policy is not None:
+                    raise UserError(f"{f}: --policy applies to scenario files (a study names its own policies)")
                 for notice in load_study(f, list(set_)).notices:
                     typer.echo(f"warning: {notice}", err=True)
             else:
-                load_scenario(f, list(set_))
+                load_scenario(f, list(set_), policy=policy)
             typer.echo(f"{f}: ok")
         except UserError as exc:
             problems.append(str(exc))
@@ -53,13 +73,15 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario or study fil
 def population(scenario: Path = typer.Argument(..., help="Scenario file."),
                out: Path = typer.Option(..., "--out", help="Parquet file to write."),
                set_: List[str] = typer.Option([], "--set", help="Override dotted.path=value."),
-               seed: Optional[int] = typer.Option(None, help="Root seed.")) -> None:
+               seed: Optional[int] = typer.Option(None, help="Root seed."),
+               plugins_: List[Path] = typer.Option([], "--plugins", metavar="DIR", help=PLUGINS_HELP)) -> None:
     """Generate the scenario's population: one row per applicant."""
     import numpy as np
 
     from abm.config import load_scenario
     from abm.population import edges_path, generate_network, generate_population, summary_table
 
+    _consent(plugins_, sets=set_)
     sc = load_scenario(scenario, list(set_), seed=seed)
     frame = generate_population(sc)
     edges = generate_network(sc)  # None without a network section
@@ -96,12 +118,14 @@ def run(scenario: Path = typer.Argument(..., help="Scenario file."),
         save: Optional[Path] = typer.Option(None, "--save", help="Also copy the trained policy's checkpoint here (.pt or folder)."),
         recompute: bool = typer.Option(False, "--recompute", help="Run again even if an identical run is complete "
                                        "(the old folder is kept beside it)."),
-        quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
+        quiet: bool = typer.Option(False, help="No progress bar."),
+        plugins_: List[Path] = typer.Option([], "--plugins", metavar="DIR", help=PLUGINS_HELP)) -> None:
     """Simulate a scenario and write a run folder (an identical complete run by the same code is reused)."""
     from abm.config import load_scenario
     from abm.progress import episode_progress
     from abm.runner import run_to_folder
 
+    _consent(plugins_, policy, objective, sets=set_)
     sc = load_scenario(scenario, list(set_), policy=policy, episodes=episodes, seed=seed, objective=objective)
     if out is None and _is_run_folder(scenario):  # a shared run folder's outputs.root decides nothing
         out = Path(type(sc.outputs)().root)
@@ -166,7 +190,9 @@ def inspect(run_dir: Path = typer.Argument(..., help="A run folder (a study fold
     """A run's per-group overview, an applicant's timeline or a group's summary from a run folder (a
     study folder: its runs); --json / --csv PATH export the same as data."""
     from abm import inspect as ins
+    from abm import plugins
 
+    plugins.forbid("abm inspect")
     if limit is not None and limit < 0:
         raise UserError(f"--limit: must be 0 or more, got {limit}")
     if json_ is not None and csv_ is not None:
@@ -222,7 +248,9 @@ def dashboard(folder: Optional[Path] = typer.Argument(None, help="A run folder o
               set_: List[str] = typer.Option([], "--set", help="--live: override dotted.path=value."),
               allow_origin: List[str] = typer.Option([], "--allow-origin", help="Also accept pages (and a proxy's "
                                                      "Host) from this origin, e.g. https://dash.example.org "
-                                                     "(repeatable).")) -> None:
+                                                     "(repeatable)."),
+              plugins_: List[Path] = typer.Option([], "--plugins", metavar="DIR", help="--live: " + PLUGINS_HELP)
+              ) -> None:
     """Browse a run or study in a local web app (metrics, applicants, timelines), or watch --live SCENARIO.
 
     Only pages served by the dashboard itself (loopback names, or --host and --allow-origin) may
@@ -230,19 +258,24 @@ def dashboard(folder: Optional[Path] = typer.Argument(None, help="A run folder o
     import importlib.util
 
     from abm import dashboard as web
+    from abm import pip_install
 
     if importlib.util.find_spec("solara") is None:
-        raise UserError("dashboard: needs the [dashboard] extra: pip install 'abm[dashboard]'")
+        raise UserError(f"dashboard: needs the [dashboard] extra: {pip_install('dashboard')}")
     if (folder is None) == (live is None):
         raise UserError("dashboard: give a run or study folder, or --live SCENARIO (one of them)")
     stopped = _kept("the dashboard stopped (it writes no file: nothing to keep)")
     if live is not None:
+        _consent(plugins_, policy, sets=set_)
         with stopped:
             web.serve_live(live, port, host, policy=policy, seed=seed, overrides=list(set_),
                            allow_origins=list(allow_origin))
-    elif policy is not None or seed is not None or set_:
-        raise UserError("dashboard: --policy, --seed and --set apply to --live SCENARIO only")
+    elif policy is not None or seed is not None or set_ or plugins_:
+        raise UserError("dashboard: --policy, --seed, --set and --plugins apply to --live SCENARIO only")
     else:
+        from abm import plugins
+
+        plugins.forbid("abm dashboard FOLDER")
         with stopped:
             web.serve_folder(folder, port, host, allow_origins=list(allow_origin))
 
@@ -263,13 +296,16 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
           skip: Optional[Path] = typer.Option(None, metavar="LEDGER", help="Leave out the runs this CSV's run_id "
                                               "column names (a ledger of earlier sittings: benchmarks/study_ledger.py)."),
           report: bool = typer.Option(False, "--report", help="Also render the study report."),
-          quiet: bool = typer.Option(False, help="No progress bar.")) -> None:
+          quiet: bool = typer.Option(False, help="No progress bar."),
+          plugins_: List[Path] = typer.Option([], "--plugins", metavar="DIR", help=PLUGINS_HELP + " A study's "
+                                              "workers import from the same folder (the same path on each).")) -> None:
     """Run a population study (grid x policies x objectives x seeds); resumable. Exit 1 if a run failed."""
     from abm.runner import is_complete
     from abm.study import load_study, run_study
     from abm.study.execute import read_held, skip_notices
     from abm.study.spec import order_items
 
+    _consent(plugins_, sets=set_)
     spec = load_study(study_file, list(set_))
     held = read_held(skip) if skip is not None else frozenset()
     for notice in [*spec.notices, *skip_notices(held, spec, f"--skip {skip}")]:
@@ -306,9 +342,11 @@ def report(folder: Path = typer.Argument(..., help="A run or study folder."),
                                                     "(default: the first profit metric, e.g. "
                                                     "cumulative_profit).")) -> None:
     """Render tables (Markdown/CSV) and PNG plots for a run or a study."""
+    from abm import plugins
     from abm.reports import render
     from abm.reports.study import frontier_axes, frontier_file, is_study_folder
 
+    plugins.forbid("abm report")
     interrupted = _kept(f"the report was not written ({folder / 'report'} is as it was)")
     if frontier_x is None and frontier_y is None:
         with interrupted:
@@ -337,9 +375,10 @@ def policies(name: Optional[str] = typer.Argument(None, help="A policy name (or 
         table = Table(title="policies (abm policies NAME: parameters and details)")
         for col in ("name", "families", "class"):
             table.add_column(col)
+        every = len(registry.family_capabilities())  # the families listing() matched against, plugins included
         for row in registry.listing():
             fams = row["families"]
-            shown = "any" if fams is not None and len(fams) == len(registry.FAMILY_CAPABILITIES) else \
+            shown = "any" if fams is not None and len(fams) == every else \
                 (", ".join(fams) if fams else ("none built in" if fams is not None else "? (see abm policies NAME)"))
             target = row["target"] + ("" if row["source"] == "built-in" else f"  ({row['source']})")
             table.add_row(escape(row["name"]), shown, escape(target))
@@ -421,8 +460,11 @@ def main() -> None:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread (an embedding program): its own handlers stay
         previous = None
+    from abm import plugins
+
     try:
-        code = app(standalone_mode=False)  # typer turns a KeyboardInterrupt it sees into 130
+        with plugins.session():  # the plugin consent a command gives ends with it
+            code = app(standalone_mode=False)  # typer turns a KeyboardInterrupt it sees into 130
         if code == 130:
             raise Interrupted("nothing was written")
         if isinstance(code, int) and code:

@@ -32,7 +32,6 @@ import ast
 import functools
 import hashlib
 import importlib
-import importlib.util
 import inspect
 import json
 import os
@@ -87,17 +86,9 @@ def _top_spec(module: str):
     loaded = sys.modules.get(top)
     if loaded is not None:
         return getattr(loaded, "__spec__", None), loaded
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:  # where the registry's fallback would find it: the working directory
-        for candidate in (Path.cwd() / top / "__init__.py", Path.cwd() / f"{top}.py"):
-            if candidate.is_file():
-                locations = [str(candidate.parent)] if candidate.name == "__init__.py" else None
-                return importlib.util.spec_from_file_location(top, candidate,
-                                                              submodule_search_locations=locations), None
-    return spec, None
+    from abm import plugins
+
+    return plugins.find(top), None  # where it would be imported from: sys.path, or a folder the user allowed
 
 
 def plugin_files(module: str) -> list[Path]:
@@ -162,7 +153,7 @@ def plugin_hash(module: str) -> str:
             except (OSError, TypeError):
                 pass
     if not found:
-        return "unknown"  # not remembered: the module may become findable (the registry's cwd fallback)
+        return "unknown"  # not remembered: the module may become findable (a folder the user allows later)
     _PLUGIN_HASHES[module] = value = digest.hexdigest()[:8]
     return value
 

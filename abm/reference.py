@@ -466,8 +466,9 @@ def _policies(page: _Page) -> None:
     page.add("| policy | what it is | applies to |", "|---|---|---|")
     names = sorted(registry.POLICIES)
     classes = {n: registry.get(n) for n in names}
+    builtin = registry.family_capabilities(plugins=False)  # plugin families loaded in this process are not listed
     for n in names:
-        fams = [f for f, caps in registry.FAMILY_CAPABILITIES.items() if set(classes[n].requires) <= caps]
+        fams = registry.families_for(classes[n].requires, builtin)
         page.add(f"| [`{n}`](#{_anchor('policy', n)}) | {_cell(_first_paragraph(_doc(classes[n])))} | "
                  f"{', '.join(f'`{f}`' for f in fams) or 'none'} |")
     page.add("")

@@ -17,10 +17,11 @@ these forms (nothing else a user wrote is ever imported):
           arguments), or the name of an entry point in the group ``abm.objectives``
           (``abm.objectives.is_plugin`` tells a plugin from a built-in form).
 
-The loader is the plugin seam, ``abm.plugins``: a name that fails to import is a one-line
-``UserError`` naming it (exit 2); so is one that names something that is not a Policy (checked
-here) or not a family module (here, and by ``abm.config``) or not a CustomObjective
-(``abm.objectives``). Loaded plugins' source files are part of a run's code fingerprint
+The loader is the plugin seam, ``abm.plugins``, which also decides where plugin code may come
+from (installed packages; the working directory or a ``--plugins`` folder only with the user's
+consent): a name that fails to import is a one-line ``UserError`` naming it (exit 2); so is one
+that names something that is not a Policy (checked here) or not a family module (here, naming
+its file) or not a CustomObjective (``abm.objectives``). Loaded plugins' source files are part of a run's code fingerprint
 (``abm.provenance``, from ``plugin_modules``).
 
 What the rest of abm knows about a family or a policy is declared on its own classes: a
@@ -145,18 +146,21 @@ def _load_family(name: str):
     eps = entry_points("family")
     target = eps[name].value if name in eps else name
     module_name = target.split(":")[0]
-    what = f"family: unknown family {name!r}"  # every refusal begins so (then ": why")
-    module = import_plugin(module_name, what)
+    what = f"family: unknown family {name!r}"  # every refusal begins so (then ": why"), and names the file
+    module = import_plugin(module_name, what, installed=name in eps)
+    file = f"file {getattr(module, '__file__', None) or 'unknown'}"
     scenario, world = getattr(module, "Scenario", None), getattr(module, "World", None)
-    fields = getattr(scenario, "model_fields", None)  # a ScenarioBase subclass: abm.config checks
-    if not isinstance(scenario, type) or not isinstance(fields, dict) or not isinstance(world, type):
+    if not isinstance(scenario, type) or not isinstance(world, type):
         raise UserError(f"{what}: module {module_name!r} is not a family module (it must define Scenario, "
-                        f"an abm.config.ScenarioBase subclass, and World, a class)")
-    field = fields.get("family")
+                        f"an abm.config.ScenarioBase subclass, and World, a class; {file})")
+    if not any(f"{c.__module__}.{c.__qualname__}" == "abm.config.ScenarioBase" for c in scenario.__mro__):
+        raise UserError(f"{what}: module {module_name!r} is not a family module (its Scenario must be an "
+                        f"abm.config.ScenarioBase subclass; {file})")
+    field = scenario.model_fields.get("family")
     allowed = typing.get_args(field.annotation) if field is not None else ()
     if name not in allowed:
         raise UserError(f"{what}: {module_name}.Scenario must declare family: Literal[{name!r}] "
-                        f"(it declares {', '.join(map(repr, allowed)) or 'none'})")
+                        f"(it declares {', '.join(map(repr, allowed)) or 'none'}; {file})")
     _PLUGIN_FAMILIES[name] = module
     FAMILIES[name] = module.__name__
     scenario_union.cache_clear()
@@ -399,13 +403,6 @@ def registered_classes(module: str) -> list[type]:
     return [cls for cls in (*_PLUGIN_POLICIES.values(), *objectives.PLUGINS.values()) if cls.__module__ == module]
 
 
-def register_objective(cls: type) -> str:
-    """``abm.objectives.register`` (where the Python API registers an objective class)."""
-    from abm import objectives
-
-    return objectives.register(cls)
-
-
 # -- parameters, building, fit ------------------------------------------------------------------
 def validate_params(name: str, params: dict[str, Any]):
     from pydantic import ValidationError
@@ -451,12 +448,6 @@ def family_capabilities(plugins: bool = True) -> dict[str, frozenset[str]]:
     if plugins:
         caps.update({name: frozenset(module.Scenario.capabilities) for name, module in _PLUGIN_FAMILIES.items()})
     return caps
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FAMILY_CAPABILITIES":  # the built-ins' (abm.cli, abm.reference), read when asked
-        return family_capabilities(plugins=False)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def policy_requires(name: str) -> frozenset[str]:

@@ -209,8 +209,6 @@ def test_every_install_line_names_our_distribution():
     assert "abm-lending" in plugin["project"]["dependencies"] and "abm" not in plugin["project"]["dependencies"]
 
 
-@pytest.mark.xfail(strict=True, reason="pending: abm/cli.py's and abm/registry.py's extras hints still say "
-                   "'abm[...]'; once they use abm.pip_install(extra), delete this marker")
 def test_the_extras_hints_name_our_distribution():
     """A missing extra's one-line error tells the user a command that installs *this* project."""
     assert _bare_install_lines(sorted((ROOT / "abm").rglob("*.py"))) == []

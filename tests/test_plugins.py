@@ -329,7 +329,7 @@ def test_a_family_whose_scenario_is_no_scenario_base_is_refused(tmp_path, monkey
 def test_a_missing_extra_is_named(tmp_path, monkeypatch):
     (tmp_path / "needs_torch_fake.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(UserError, match=r"needs the \[rl\] extra: pip install 'abm\[rl\]'"):
+    with pytest.raises(UserError, match=r"needs the \[rl\] extra: pip install 'abm-lending\[rl\]'"):
         plugins.import_builtin("needs_torch_fake", "policy 'ppo'")
 
 

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from abm import plugins
 from abm.config import validate_scenario_dict
 from abm.errors import UserError, read_user_file
 from abm.provenance import is_stale, set_aside
@@ -168,8 +169,9 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     runs_dir, failed_dir = Path(task["runs_dir"]), Path(task["failed_dir"])
     start = _clock()
     try:
-        scenario = validate_scenario_dict(task["scenario"], f"run {run_id}")
-        run_to_folder(scenario, runs_dir, name=run_id, reuse=True, stale="reuse")  # run_study decides on stale runs
+        with plugins.allowed(task.get("plugins") or plugins.Consent()):  # the study's consent (--plugins), here too
+            scenario = validate_scenario_dict(task["scenario"], f"run {run_id}")
+            run_to_folder(scenario, runs_dir, name=run_id, reuse=True, stale="reuse")  # run_study decides on stale runs
     except Exception as exc:  # a failing run is data for the study, not a reason to stop it
         for leftover in runs_dir.glob(f".tmp-{run_id}-*"):
             shutil.rmtree(leftover, ignore_errors=True)
@@ -486,7 +488,7 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
                 else:
                     todo.append(spec)
             tasks = [{"run_id": s.run_id, "scenario": s.scenario, "runs_dir": str(runs_dir.resolve()),
-                      "failed_dir": str(failed_dir.resolve())} for s in todo]
+                      "failed_dir": str(failed_dir.resolve()), "plugins": plugins.current()} for s in todo]
             with contextlib.ExitStack() as stack:
                 if not tasks:
                     outcome.backend, results = "nothing to run", iter(())
