@@ -361,8 +361,9 @@ def load_run(path: str | Path) -> Run:
 class StudyResult:
     """A study folder after ``abm.study``: what the call did (``outcome``: succeeded, skipped,
     failed counts) and the folder's tables: ``status`` (runs.csv: each run's status), ``frame``
-    (study.parquet: one row per run and episode), ``summary`` (summary.parquet: mean, std and
-    count per configuration and episode); ``run(run_id)`` opens one run."""
+    (study.parquet: one row per run and episode; ``study_group(s)``: the study file's named groups),
+    ``summary`` (summary.parquet: mean, std and count per configuration and episode), ``tidy()``
+    (every metric long, per population group); ``run(run_id)`` opens one run."""
 
     folder: Path
     name: str
@@ -389,6 +390,33 @@ class StudyResult:
 
     def run(self, run_id: str) -> Run:
         return load_run(self.folder / "runs" / run_id)
+
+    def tidy(self) -> pd.DataFrame:
+        """Every metric of every finished run in long form: columns run, configuration (its name in
+        the report), episode (from 0, as in the data), group, metric, value (float). A per-group
+        metric (``mean_wealth_F``) gives ``group`` the population group (``F``) and ``metric`` its
+        stem (``mean_wealth``); a metric of the whole population (``wealth_gap``, ``profit``) has
+        group None. Rows in the study's order, then by episode, metric (column order), group."""
+        from abm.reports.figures import NOT_METRICS, grid_keys_of, groups_in
+        from abm.runner import group_columns
+        from abm.study.aggregate import RUN_COLUMNS
+
+        frame = self.frame
+        skip = {*RUN_COLUMNS, *NOT_METRICS, *grid_keys_of(frame)}
+        metrics = [c for c in frame.columns if c not in skip and pd.api.types.is_numeric_dtype(frame[c])
+                   and not pd.api.types.is_bool_dtype(frame[c])]
+        per_group = group_columns(metrics, groups_in(frame.columns))
+        wide = frame[["run_id", "config", "episode", *metrics]].rename(columns={"run_id": "run",
+                                                                                "config": "configuration"})
+        long = wide.melt(id_vars=["run", "configuration", "episode"], var_name="column", value_name="value")
+        long["metric"] = long["column"].map(lambda c: per_group[c][0] if c in per_group else c)
+        long["group"] = long["column"].map(lambda c: per_group[c][1] if c in per_group else None)
+        long["value"] = long["value"].astype(float)
+        order = {c: i for i, c in enumerate(dict.fromkeys(long["metric"]))}
+        runs = {r: i for i, r in enumerate(dict.fromkeys(frame["run_id"]))}
+        long = long.assign(_run=long["run"].map(runs), _metric=long["metric"].map(order))
+        long = long.sort_values(["_run", "episode", "_metric"], kind="stable")
+        return long[["run", "configuration", "episode", "group", "metric", "value"]].reset_index(drop=True)
 
 
 def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out: str | Path | None = None,

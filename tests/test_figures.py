@@ -21,7 +21,7 @@ def summary_frame() -> pd.DataFrame:
     for config, slope, count in (("approve_all, arrivals.base_slope=0.01", 0.01, 3),
                                  ("approve_all, arrivals.base_slope=0.03", 0.03, 1)):
         for e in range(3):
-            rows.append({"config_id": config[-4:], "config": config, "groups": "s", "policy": "approve_all",
+            rows.append({"config_id": config[-4:], "config": config, "study_groups": "s", "policy": "approve_all",
                          "objective": "none", "arrivals.base_slope": slope, "episode": e, "time_mean": 10.0 * (e + 1),
                          "mean_wealth_M_mean": 60.0 + e, "mean_wealth_M_std": 2.0 if count > 1 else np.nan,
                          "mean_wealth_F_mean": 50.0 + e, "mean_wealth_F_std": 1.0 if count > 1 else np.nan,
@@ -36,8 +36,8 @@ def study_frame() -> pd.DataFrame:
     for policy, runs in finals.items():
         for r, (gap, profit) in enumerate(runs):
             for e in (0, 1):
-                rows.append({"run_id": f"{policy}-r{r}", "config_id": policy, "config": policy, "group": "s",
-                             "groups": "s", "policy": policy, "objective": "none", "replicate": r, "seed": r,
+                rows.append({"run_id": f"{policy}-r{r}", "config_id": policy, "config": policy, "study_group": "s",
+                             "study_groups": "s", "policy": policy, "objective": "none", "replicate": r, "seed": r,
                              "episode": e, "time": 10.0 * (e + 1), "wealth_gap": gap if e else 0.0,
                              "cumulative_profit": profit if e else 0.0, "mean_wealth_M": 1.0, "mean_wealth_F": 1.0,
                              "applications_M": 10, "approvals_M": 5 + e, "defaults_M": 1, "repayments_M": 4,
@@ -58,7 +58,7 @@ def test_a_study_metric_has_every_group_on_one_axis_with_t_intervals_and_n():
     first = spec.series[0]
     half = stats.t.ppf(0.975, 2) * 2.0 / np.sqrt(3)  # Student t, n - 1 = 2 degrees of freedom
     np.testing.assert_allclose(first.high - first.y, half)
-    np.testing.assert_allclose(first.x, [1, 2, 3])  # 1 = the end of the first episode
+    np.testing.assert_allclose(first.x, [0, 1, 2])  # episodes as the data number them
     assert first.has_band() and not spec.series[2].has_band()  # n = 1: no band
     assert len({s.color for s in spec.series}) == 1  # one policy, one colour
     assert spec.series[0].dash != spec.series[2].dash  # two grid values, two line styles
@@ -149,8 +149,8 @@ def test_paper_figures_keep_the_seeds_panel_layout(tmp_path):
 
     # named settings (the seed's and the public code's) get a series each, never one pooled bar
     for r in rows:
-        r["group"] = "seed"
-    public = [{**r, "group": "public", "run_id": r["run_id"] + "-public", "exact_dp_gap": 0.3} for r in rows]
+        r["study_group"] = "seed"
+    public = [{**r, "study_group": "public", "run_id": r["run_id"] + "-public", "exact_dp_gap": 0.3} for r in rows]
     pd.DataFrame(rows + public).to_parquet(tmp_path / "study.parquet")
     (fig1,) = seed001.figures(tmp_path)
     dp_value = fig1.panels[1].series
@@ -161,7 +161,7 @@ def test_paper_figures_keep_the_seeds_panel_layout(tmp_path):
     for method in ("max_util", "eo_threshold"):
         for r in range(3):
             for e in range(3):
-                runs.append({"run_id": f"{method}-{r}", "config": method, "group": "g", "groups": "g",
+                runs.append({"run_id": f"{method}-{r}", "config": method, "study_group": "g", "study_groups": "g",
                              "policy": method, "objective": "none", "replicate": r, "episode": e,
                              "time": 1000.0 * (e + 1), "cumulative_return": 10.0 * e + r, "recall_G1": 0.5,
                              "recall_G2": 0.4 + 0.01 * r, "recall_gap": 0.1, "credit_gap": 1.0})
@@ -195,27 +195,39 @@ def test_the_same_specs_become_interactive_vega_lite_charts():
         "a (n=2): x = 3, value = 1.5 (band 1 to 2)"
 
 
+LABELLED = {"study": {"name": "labelled", "seed": 2024, "episodes": 3, "seeds": 2},
+            "base": str(SCENARIOS / "eutopia.yaml"),
+            "overrides": {"population.n_male": 60, "population.n_female": 60},
+            "grid": {"arrivals.base_slope": [0.01, 0.03]},
+            # the study's order (random first) is not the alphabetical one
+            "policies": [{"name": "random", "p": 0.5, "label": "Coin flip"}, {"name": "approve_all", "label": "Everyone"}]}
+ORDER = ["Coin flip, arrivals.base_slope=0.01", "Everyone, arrivals.base_slope=0.01",
+         "Coin flip, arrivals.base_slope=0.03", "Everyone, arrivals.base_slope=0.03"]
+
+
 @pytest.fixture(scope="module")
 def smoke_report(tmp_path_factory):
+    """A small labelled study (4 configurations x 2 seeds, 3 episodes, 120 applicants) and its report."""
     from abm.reports import render
-    from abm.study import load_study, run_study
+    from abm.study import run_study, study_from_dict
 
     folder = tmp_path_factory.mktemp("smoke") / "smoke"
-    run_study(load_study(SCENARIOS / "studies" / "smoke.yaml"), folder, workers=0, quiet=True)
-    return folder, render(folder)
+    run_study(study_from_dict(LABELLED), folder, workers=0, quiet=True)
+    return folder, render(folder, formats="png,svg", dpi=60)
 
 
-def test_abm_report_of_the_smoke_study_writes_the_frontier_and_groups_on_one_axis(smoke_report):
+def test_abm_report_of_a_study_writes_the_frontier_and_groups_on_one_axis(smoke_report):
     from abm.reports.study import study_figures
 
     folder, out = smoke_report
     names = {p.name for p in out.glob("*.png")}
     assert {"frontier.png", "mean_wealth.png", "reach.png", "wealth_gap.png", "cumulative_profit.png",
             "group_rates.png", "distribution.png"} <= names
-    assert all((out / n).stat().st_size > 10_000 for n in names)
+    assert {p.stem for p in out.glob("*.svg")} == {p.stem for p in out.glob("*.png")}  # every figure in both
     made = {spec.name: spec for spec in study_figures(folder)}
     wealth = figures.draw(made["mean_wealth"]).axes[0]
     assert wealth.get_ylabel() == "mean wealth ($K)" and wealth.get_xlabel() == "episode"
+    assert list(wealth.get_lines()[0].get_xdata()) == [0, 1, 2]  # episodes as the data number them
     labels = [line.get_label() for line in wealth.get_lines()]
     assert len(labels) == 4 * 2 and sum(label.split(" | ")[1].startswith("M") for label in labels) == 4
     assert len([c for c in wealth.collections if isinstance(c, PolyCollection)]) == 8  # n = 2: a band each
@@ -223,3 +235,138 @@ def test_abm_report_of_the_smoke_study_writes_the_frontier_and_groups_on_one_axi
     frontier = made["frontier"]
     assert frontier.xlabel == "final mean wealth M - F ($K)" and len(frontier.series) == 4
     assert any(s.pareto[0] for s in frontier.series)
+
+
+def test_labels_name_configurations_in_the_study_order_in_every_legend_and_table(smoke_report):
+    from abm.reports.study import study_figures
+
+    folder, out = smoke_report
+    for spec in study_figures(folder):
+        for panel in spec.panels if isinstance(spec, figures.Panels) else [spec]:
+            configs = list(dict.fromkeys(s.config for s in panel.series))
+            assert configs == ORDER, (spec.name, configs)
+            assert all("random(" not in s.label and "approve_all" not in s.label for s in panel.series)
+    text = (out / "comparison.md").read_text()
+    assert [text.index(c) for c in ORDER] == sorted(text.index(c) for c in ORDER)
+    assert "random(p=0.5)" not in text and "95% confidence interval" in text
+    table = pd.read_csv(out / "comparison.csv")
+    assert list(table["config"]) == ORDER and {"wealth_gap_ci95", "wealth_gap_n", "selection_gap_mean"} <= set(table)
+
+
+def _boxes(fig) -> list[tuple[str, object]]:
+    """(owner, window extent) of every visible piece of text of a drawn figure: titles, axis labels,
+    tick labels, legends (whole), the figure's title, legends and caption."""
+    renderer = fig.canvas.get_renderer()
+    out = []
+    for k, ax in enumerate(fig.axes):
+        if not ax.get_visible():
+            continue
+        texts = [("title", ax.title), ("xlabel", ax.xaxis.label), ("ylabel", ax.yaxis.label)]
+        for axis, name in ((ax.xaxis, "xtick"), (ax.yaxis, "ytick")):  # the ticks drawn: those in view
+            low, high = sorted(axis.get_view_interval())
+            texts += [(f"{name}{i}", t) for i, (loc, t) in enumerate(zip(axis.get_majorticklocs(), axis.get_ticklabels()))
+                      if low - 1e-9 * abs(high - low) <= loc <= high + 1e-9 * abs(high - low)]
+        out += [(f"axes{k}.{name}", t.get_window_extent(renderer)) for name, t in texts
+                if t.get_visible() and t.get_text().strip()]
+        if ax.get_legend() is not None:
+            out.append((f"axes{k}.legend", ax.get_legend().get_window_extent(renderer)))
+    out += [(f"figure.legend{i}", leg.get_window_extent(renderer)) for i, leg in enumerate(fig.legends)]
+    out += [(f"figure.text{i}", t.get_window_extent(renderer)) for i, t in enumerate(fig.texts)
+            if t.get_text() and t is not fig._suptitle]
+    if fig._suptitle is not None:
+        out.append(("figure.title", fig._suptitle.get_window_extent(renderer)))
+    return out
+
+
+def overlaps(fig) -> list[str]:
+    """The pairs of text pieces of ``fig`` whose boxes share more than a pixel, once drawn."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    boxes = _boxes(fig)
+    found = []
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            if box_a.overlaps(box_b) and box_a.width * box_a.height and box_b.width * box_b.height:
+                inter = (min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)) * (min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0))
+                if inter > 1.0:  # more than a pixel shared: touching edges are not an overlap
+                    found.append(f"{a} / {b}")
+    return found
+
+
+def test_no_text_overlaps_in_any_figure_of_a_run_or_study_report(smoke_report):
+    from abm.api import load_run
+    from abm.reports.run import run_figures
+    from abm.reports.study import run_folders, study_family, study_figures, write_figures
+
+    folder, _ = smoke_report
+    run = load_run(next((folder / "runs").iterdir()))
+    specs = run_figures(run) + run_figures(run, facet="group")
+    specs += study_figures(folder) + study_figures(folder, facet="group")
+    study = pd.read_parquet(folder / "study.parquet")
+    specs.append(figures.distribution(run_folders(folder, study), "eutopia", ["M", "F"]))
+    kinds = {s.kind for spec in specs for s in (spec.panels if isinstance(spec, figures.Panels) else [spec])}
+    assert {"line", "scatter"} <= kinds and any(isinstance(s, figures.Panels) for s in specs)
+    bad = {spec.name: found for spec in specs if (found := overlaps(figures.draw(spec, dpi=60)))}
+    assert not bad, bad
+
+
+def test_facet_by_group_gives_one_panel_per_group_under_one_legend(smoke_report):
+    from abm.reports.study import study_figures
+
+    folder, _ = smoke_report
+    made = {spec.name: spec for spec in study_figures(folder, facet="group")}
+    wealth = made["mean_wealth"]
+    assert isinstance(wealth, figures.Panels) and [p.title for p in wealth.panels] == ["group M", "group F"]
+    assert [s.label for s in wealth.panels[0].series] == [f"{c} (n=2)" for c in ORDER]
+    assert not isinstance(made["wealth_gap"], figures.Panels)  # one series per configuration: as it was
+    fig = figures.draw(wealth)
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"formats": "png,gif"}, "--format: unknown format 'gif'; choose from png, svg, pdf"),
+    ({"formats": ""}, "--format: unknown format ''"),
+    ({"formats": 3}, "--format: expected formats like png,svg,pdf, got 3"),
+    ({"dpi": 10}, "--dpi: expected a whole number from 50 to 1200, got 10"),
+    ({"dpi": 99.5}, "--dpi: expected a whole number from 50 to 1200, got 99.5"),
+    ({"dpi": True}, "--dpi: expected a whole number"),
+    ({"facet": "policy"}, "--facet: unknown facet 'policy'; choose from group"),
+])
+def test_bad_report_options_are_one_line_before_anything_is_written(tmp_path, kwargs, message):
+    from abm.errors import UserError
+    from abm.reports import render
+
+    with pytest.raises(UserError) as err:
+        render(tmp_path, **kwargs)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    assert not (tmp_path / "report").exists()
+
+
+def test_save_writes_each_format_at_the_dpi_asked(tmp_path):
+    spec = figures.study_metric(summary_frame(), "mean_wealth", "eutopia")
+    first = figures.save(spec, tmp_path, formats=("pdf", "png", "svg"), dpi=72)
+    assert first.name == "mean_wealth.pdf" and first.read_bytes().startswith(b"%PDF")
+    assert (tmp_path / "mean_wealth.svg").read_text().lstrip().startswith("<?xml")
+    from PIL import Image
+
+    small = Image.open(tmp_path / "mean_wealth.png").size
+    figures.save(spec, tmp_path, dpi=144)
+    large = Image.open(tmp_path / "mean_wealth.png").size
+    assert large[0] == pytest.approx(2 * small[0], rel=0.05)
+
+
+def test_comparison_tables_cover_every_figure_metric_with_a_95_ci():
+    from abm.reports.study import ci_cell, final_metrics
+
+    frame = study_frame()
+    frame["recall_M"], frame["recall_F"], frame["recall_gap"] = 0.5, 0.25, 0.25
+    final, tables = final_metrics(frame)
+    shown = {c for _, cols in tables for _, c in cols}
+    assert {"wealth_gap", "cumulative_profit", "recall_gap", "recall_M", "selection_gap", "default_F"} <= shown
+    assert "tpr_M" not in shown  # the recall's own table shows it
+    half = stats.t.ppf(0.975, 1) * np.std([2.0, 4.0], ddof=1) / np.sqrt(2)
+    row = final[final["config"] == "a"]
+    assert figures.mean_ci(row["wealth_gap"])[2] == pytest.approx(3.0 + half)
+    assert ci_cell(3646.2, 140.3, 3, 3) == "3646 ± 140" and ci_cell(0.5, np.nan, 1, 1) == "0.5000"
+    assert ci_cell(1.0, 0.5, 2, 3) == "1.000 ± 0.50 (n=2)"

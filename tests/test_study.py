@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from abm.errors import UserError
-from abm.study import derive_seed, load_study, run_study, study_from_dict
+from abm.study import config_label, derive_seed, load_study, run_study, study_from_dict
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 SMOKE = SCENARIOS / "studies" / "smoke.yaml"
@@ -364,7 +364,8 @@ def test_study_table_summary_and_report(serial_study):
     study, folder, _ = serial_study
     table = pd.read_parquet(folder / "study.parquet")
     assert len(table) == 4 * 3 and not table.duplicated(["run_id", "episode"]).any()
-    for col in ("run_id", "config_id", "config", "policy", "objective", "arrivals.base_slope", "seed", "wealth_gap"):
+    for col in ("run_id", "config_id", "config", "study_group", "study_groups", "policy", "objective",
+                "arrivals.base_slope", "seed", "wealth_gap"):
         assert col in table.columns
     run = table[table["run_id"] == study.runs[0].run_id].sort_values("episode")
     own = pd.read_parquet(folder / "runs" / study.runs[0].run_id / "episodes.parquet")
@@ -385,7 +386,7 @@ def test_study_table_summary_and_report(serial_study):
     for label in ("approve_all, arrivals.base_slope=0.01", "random(p=0.5), arrivals.base_slope=0.03"):
         assert label in comparison
     csv = pd.read_csv(out / "comparison.csv")
-    assert len(csv) == 4 and (csv["episode"] == 2).all() and (csv["count"] == 1).all()
+    assert len(csv) == 4 and (csv["episode"] == 2).all() and (csv["runs"] == 1).all()
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert {"wealth_gap.png", "mean_wealth_F.png", "cumulative_profit.png"} <= set(pngs)
     assert all((out / p).stat().st_size > 5000 for p in pngs)
@@ -529,3 +530,64 @@ def test_study_entries_naming_the_base_policy_keep_its_parameters(study_file):
             dropped = {k: v for k, v in base_policy.items()
                        if k != "name" and k not in entry and defaults[k].default != v}
             assert not dropped, f"{study_file.name}: {entry} drops the base policy's {dropped}"
+
+
+def test_a_policy_label_names_the_configuration_and_changes_no_run_id():
+    plain = study_from_dict(tiny_doc(), "plain")
+    labelled = study_from_dict(tiny_doc(policies=[{"name": "approve_all", "label": "Everyone"},
+                                                  {"name": "random", "p": 0.5, "label": "Coin flip"}]), "labelled")
+    assert [(r.run_id, r.config_id, r.seed, r.scenario) for r in labelled.runs] == \
+        [(r.run_id, r.config_id, r.seed, r.scenario) for r in plain.runs]  # the label is not in the scenario
+    assert "label" not in plain.runs[0].columns  # an unlabelled study's manifest is as before
+    names = [config_label(r.columns, labelled.grid_keys) for r in labelled.runs]
+    assert names == ["Everyone, arrivals.base_slope=0.01", "Coin flip, arrivals.base_slope=0.01",
+                     "Everyone, arrivals.base_slope=0.03", "Coin flip, arrivals.base_slope=0.03"]
+
+
+@pytest.mark.parametrize("policies, groups, message", [
+    ([{"name": "random", "label": ""}], None, "policies: entry 0 (random): label is empty"),
+    ([{"name": "random", "label": 3}], None, "policies: entry 0 (random): label must be text, got 3"),
+    ([{"name": "random", "label": "x" * 61}], None, "label is 61 characters long; at most 60"),
+    ([{"name": "random", "label": "a\nb"}], None, "label 'a\\nb' holds a line break or control character"),
+    ([{"name": "random", "label": "A"}, {"name": "approve_all", "label": "A"}], None,
+     "label 'A' names two entries; give each entry its own label"),
+    ([{"name": "random", "label": "approve_all"}, {"name": "approve_all"}], None,
+     "policies: label 'approve_all' names two policies, random and approve_all; give each its own label"),
+    (None, {"a": {"policies": [{"name": "random", "label": "A"}]}, "b": {"policies": [{"name": "random", "label": "B"}]}},
+     "policies: random has two labels, 'A' and 'B'; give it one"),
+])
+def test_a_bad_label_is_refused_in_one_line_with_exit_2(tmp_path, policies, groups, message):
+    from conftest import call_in_process
+
+    doc = tiny_doc(**({"policies": policies} if policies else {}), **({"groups": groups} if groups else {}))
+    with pytest.raises(UserError) as err:
+        study_from_dict(doc, "s.yaml")
+    assert message in str(err.value) and "\n" not in str(err.value)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, stderr = call_in_process("validate", str(path))
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and message in lines[0], stderr
+
+
+def test_study_parquet_names_study_groups_apart_from_population_groups(tmp_path):
+    """``group`` is never the study's name: the study's named groups are ``study_group(s)``, the
+    population groups are in the metric columns (and in ``StudyResult.tidy()``'s ``group``)."""
+    import abm
+
+    doc = tiny_doc(study__episodes=2, grid={"arrivals.base_slope": [0.02]}, overrides={
+        "population.n_male": 60, "population.n_female": 60}, policies=[{"name": "random", "p": 0.5, "label": "Coin"}])
+    result = abm.study(doc, out=tmp_path / "s")
+    frame = result.frame
+    assert "group" not in frame.columns and "groups" not in frame.columns
+    assert set(frame["study_group"]) == {"tiny"} and frame["config"].iloc[0] == "Coin, arrivals.base_slope=0.02"
+    tidy = result.tidy()
+    assert list(tidy.columns) == ["run", "configuration", "episode", "group", "metric", "value"]
+    assert set(tidy["group"].dropna()) == {"M", "F"} and tidy["group"].isna().any()
+    own = result.run(result.run_ids[0]).episodes
+    row = tidy[(tidy["episode"] == 1) & (tidy["group"] == "F") & (tidy["metric"] == "mean_wealth")]
+    assert row["value"].item() == own.loc[own["episode"] == 1, "mean_wealth_F"].item()
+    gap = tidy[(tidy["metric"] == "wealth_gap") & (tidy["episode"] == 0)]
+    assert gap["group"].isna().all() and gap["value"].item() == own.loc[own["episode"] == 0, "wealth_gap"].item()
+    assert set(tidy["configuration"]) == {"Coin, arrivals.base_slope=0.02"}
+    assert len(tidy.groupby("group")) == 2  # groupby("group") groups by population group

@@ -1,4 +1,4 @@
-"""Reports: tables (Markdown/CSV) and PNG plots for a run folder or a study folder.
+"""Reports: tables (Markdown/CSV) and figures (PNG, SVG or PDF) for a run folder or a study folder.
 
     run      a run folder's report (``render_run``), its console summary, ``to_markdown``
     study    a study folder's comparison tables and plots, then every paper form that applies
@@ -20,25 +20,30 @@ import uuid
 from pathlib import Path
 
 from abm.errors import UserError
-from abm.reports import seed000, seed001, seed002
+from abm.reports import figures, seed000, seed001, seed002
 from abm.reports.run import print_run_summary, render_run, to_markdown
 from abm.reports.study import PaperReport, is_study_folder, render_study
 
 PAPERS: tuple[PaperReport, ...] = (seed000, seed001, seed002)
 
 
-def render_report(folder: str | Path, frontier: tuple[str, str] | None = None) -> Path:
+def render_report(folder: str | Path, frontier: tuple[str, str] | None = None, formats=("png",),
+                  dpi: int = figures.DPI, facet: str | None = None) -> Path:
     """A study folder's ``report/``: comparison tables, plots and the forms of every paper in
     ``PAPERS``; ``frontier`` = (x, y): also the frontier on those axes (``abm report --frontier-x``)."""
     x, y = frontier if frontier is not None else (None, None)
-    return render_study(folder, PAPERS, fairness=x, profit=y)
+    return render_study(folder, PAPERS, fairness=x, profit=y, formats=formats, dpi=dpi, facet=facet)
 
 
-def render(folder: str | Path, frontier: tuple[str, str] | None = None) -> Path:
+def render(folder: str | Path, frontier: tuple[str, str] | None = None, formats=("png",), dpi: int = figures.DPI,
+           facet: str | None = None) -> Path:
     """``report/`` for a run folder or a study folder (``abm report``), all or nothing: an earlier
     ``report/`` is moved aside (``.tmp-report-*``) while the new one is written, and put back if
     writing fails (a full disk), so no partial ``report/`` is ever left; a write error names the
-    report folder."""
+    report folder. ``formats`` (``"png,svg,pdf"`` or a sequence; ``abm report --format``), ``dpi``
+    (``--dpi``) and ``facet`` (``"group"``: one panel per population group; ``--facet``) are
+    checked first: a bad value is a one-line UserError and nothing is written."""
+    formats, dpi, facet = figures.output_options(formats, dpi, facet)
     folder = Path(folder)
     out = folder / "report"
     if (out.exists() or out.is_symlink()) and not out.is_dir():  # a file, a FIFO, a dangling link: not ours
@@ -51,7 +56,8 @@ def render(folder: str | Path, frontier: tuple[str, str] | None = None) -> Path:
         except OSError:  # cannot even rename (read-only folder): the writers below say so
             old = None
     try:
-        written = render_report(folder, frontier) if is_study_folder(folder) else render_run(folder)
+        written = render_report(folder, frontier, formats, dpi, facet) if is_study_folder(folder) else \
+            render_run(folder, formats, dpi, facet)
     except BaseException as exc:
         if (old is not None or not existed) and out.is_dir() and not out.is_symlink():
             shutil.rmtree(out, ignore_errors=True)  # the partial new report

@@ -16,8 +16,13 @@ Conventions, the same in every figure:
 - the band of a study curve is the 95% confidence interval of the mean over the seeded runs,
   Student t with n - 1 degrees of freedom (seed 002's intervals); n (runs) is in the legend, and
   n = 1 draws no band;
-- legends sit outside the axes; x is the episode (1 = the end of the first), or 0 = the start
-  for distributions.
+- legends sit outside the axes, entries in the study's order (the order of the study file's
+  entries: the order of ``summary.parquet`` and ``study.parquet``); figures use constrained
+  layout, so no title, label or legend overlaps another;
+- x is the episode as the data number it, from 0 (the value recorded at the end of episode 0,
+  the first); a distribution adds the applicants' initial values at x = -1, marked "start";
+- ``save`` writes each figure in the formats asked (``FORMATS``: png, svg, pdf) at ``dpi``;
+  ``facet_by_group`` turns a per-group figure into one panel per group.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+FORMATS = ("png", "svg", "pdf")  # what ``save`` writes (``abm report --format``)
+DPI = 110  # the PNG resolution unless asked (``abm report --dpi``), within DPI_RANGE
+DPI_RANGE = (50, 1200)
+FACETS = ("group",)  # ``abm report --facet``: one panel per population group
 
 CI_CAPTION = ("Lines: mean over seeded runs; bands: 95% confidence interval of the mean (Student t, n - 1 d.f.); "
               "n = runs per configuration (n = 1: no band).")
@@ -193,7 +203,7 @@ def settings_of(frame: pd.DataFrame) -> pd.DataFrame:
     (the rest: study group where there are several, objective, grid values)."""
     keys = grid_keys_of(frame)
     first = frame.drop_duplicates("config", keep="first")
-    many_groups = "groups" in frame.columns and frame["groups"].nunique() > 1
+    many_groups = "study_groups" in frame.columns and frame["study_groups"].nunique() > 1
     rows = []
     for r in first.to_dict("records"):
         policy = str(r.get("policy", r["config"]))
@@ -202,7 +212,7 @@ def settings_of(frame: pd.DataFrame) -> pd.DataFrame:
             parts.append(str(r["objective"]))
         parts += [f"{k.rsplit('.', 1)[-1]}={r[k]}" for k in keys if k in r]
         if many_groups:
-            parts.insert(0, str(r["groups"]))
+            parts.insert(0, str(r["study_groups"]))
         rows.append({"config": str(r["config"]), "policy": policy, "setting": ", ".join(p for p in parts if p) or "-"})
     return pd.DataFrame(rows, columns=["config", "policy", "setting"])
 
@@ -220,7 +230,7 @@ class Style:
         if frame is None or "config" not in frame.columns:
             return cls([], [], list(groups))
         table = settings_of(frame)
-        return cls(sorted(set(table["policy"])), list(dict.fromkeys(table["setting"])), list(groups))
+        return cls(list(dict.fromkeys(table["policy"])), list(dict.fromkeys(table["setting"])), list(groups))
 
     def colour(self, policy: str) -> str:
         name = str(policy)
@@ -305,7 +315,7 @@ def run_metric(episodes: pd.DataFrame, metric: Metric | str, family: str | None 
     metric = METRIC_BY_STEM[metric] if isinstance(metric, str) else metric
     groups = groups_in(episodes.columns)
     style = style or Style([], [], list(groups))
-    x = episodes["episode"].to_numpy(float) + 1
+    x = episodes["episode"].to_numpy(float)
     series = []
     for g in (groups if metric.per_group else [None]):
         col = metric.pattern.format(g=g) if g is not None else metric.pattern
@@ -331,7 +341,7 @@ def study_metric(summary: pd.DataFrame, metric: Metric | str, family: str | None
     for config, rows in summary.groupby("config", sort=False):
         rows = rows.sort_values("episode")
         policy, setting = table.at[config, "policy"], table.at[config, "setting"]
-        xs = rows["time_mean"].to_numpy(float) if x == "time" else rows["episode"].to_numpy(float) + 1
+        xs = rows["time_mean"].to_numpy(float) if x == "time" else rows["episode"].to_numpy(float)
         count = rows["count"].to_numpy(float)
         for g in (shown if metric.per_group else [None]):
             col = metric.pattern.format(g=g) if g is not None else metric.pattern
@@ -467,10 +477,11 @@ def rate_columns(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
     return out.reindex(frame.index)
 
 
-def _rate_frame(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
+def rate_frame(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
+    """``rate_columns`` of each run of a run's episodes or a study frame, beside the identity columns."""
     if "run_id" not in frame.columns:
         return pd.concat([frame[["episode"]], rate_columns(frame, groups)], axis=1)
-    ids = [c for c in frame.columns if c in ("run_id", "config", "groups", "policy", "objective", "episode")
+    ids = [c for c in frame.columns if c in ("run_id", "config", "study_groups", "policy", "objective", "episode")
            or c in grid_keys_of(frame)]
     parts = [pd.concat([runs[ids], rate_columns(runs, groups)], axis=1)
              for _, runs in frame.groupby("run_id", sort=False)]
@@ -484,7 +495,7 @@ def group_rates(frame: pd.DataFrame, family: str | None = None, style: Style | N
     groups = groups_in(frame.columns)
     if len(groups) < 1:
         return None
-    rates = _rate_frame(frame, groups)
+    rates = rate_frame(frame, groups)
     study = "run_id" in frame.columns
     style = style or (Style.of(frame, groups) if study else Style([], [], list(groups)))
     table = None
@@ -513,7 +524,7 @@ def over_runs(frame: pd.DataFrame, column: str, style: Style, group: str | None 
               label=None) -> list[Series]:
     """One series per configuration of a per-run frame (``study.parquet`` rows, or any frame with
     ``config, run_id, episode`` and ``column``): the mean over its runs at each episode and the 95%
-    Student-t band. ``x``: ``episode`` (1 = the end of the first) or ``time`` (the mean end time)."""
+    Student-t band. ``x``: ``episode`` (as numbered in the data, from 0) or ``time`` (the mean end time)."""
     table = settings_of(frame).set_index("config")
     out = []
     for config, rows in frame.groupby("config", sort=False):
@@ -524,7 +535,7 @@ def over_runs(frame: pd.DataFrame, column: str, style: Style, group: str | None 
         mean = agg["mean"].to_numpy(float)
         n = int(agg["count"].max()) if len(agg) else 0
         name = label(str(config)) if label else (str(config) if group is None else f"{config} | {group}")
-        xs = agg["time"].to_numpy(float) if x == "time" else agg.index.to_numpy(float) + 1
+        xs = agg["time"].to_numpy(float) if x == "time" else agg.index.to_numpy(float)
         out.append(Series(label=name + _n_text(n), x=xs, y=mean, low=mean - half, high=mean + half, n=n, group=group,
                           config=str(config), policy=policy, setting=setting, color=style.colour(policy),
                           dash=style.dash(setting), marker=style.marker(group) if group is not None else "circle"))
@@ -535,7 +546,7 @@ def _rate_series(rates: pd.DataFrame, columns: list[tuple[str, str | None]], stu
                  table: pd.DataFrame | None) -> list[Series]:
     out = []
     if not study:
-        x = rates["episode"].to_numpy(float) + 1
+        x = rates["episode"].to_numpy(float)
         for col, g in columns:
             out.append(Series(label=str(g) if g is not None else "gap", x=x, y=rates[col].to_numpy(float), group=g,
                               color=style.group_colour(g) if g is not None else "#333333",
@@ -654,11 +665,11 @@ def distribution(runs: dict[str, list[str | Path]], family: str | None = None, g
         series = []
         for g in dict.fromkeys(who):
             q = np.nanquantile(values[who == g], QUANTILES, axis=0)
-            series.append(Series(label=f"{g} (median)", x=np.arange(width, dtype=float), y=q[2], low=q[1], high=q[3],
+            series.append(Series(label=f"{g} (median)", x=np.arange(-1, width - 1, dtype=float), y=q[2], low=q[1], high=q[3],
                                  outer_low=q[0], outer_high=q[4], n=len(paths), group=str(g), config=config,
                                  color=style.group_colour(str(g)), marker=style.marker(str(g))))
         pooled = f", {len(paths)} runs pooled" if len(paths) > 1 else ""
-        panels.append(FigureSpec(f"distribution_{len(panels)}", f"{config}{pooled}", "episode (0 = start)",
+        panels.append(FigureSpec(f"distribution_{len(panels)}", f"{config}{pooled}", "episode (start: initial values)",
                                  units(family)["score"], series, legend_title="group"))
     if not panels:
         return None
@@ -703,12 +714,14 @@ def _draw_axes(ax, spec: FigureSpec, legend: bool = True) -> None:
         ax.axhline(spec.reference, color="#999999", lw=0.8, zorder=0)
     if spec.ylim is not None:
         ax.set_ylim(*spec.ylim)
-    ax.set_title(spec.title, fontsize=10)
+    ax.set_title(textwrap.fill(spec.title, 46 if legend else 40), fontsize=10)  # a panel's title fits its width
     ax.set_xlabel(spec.xlabel)
     if spec.xlabel.startswith("episode"):
-        from matplotlib.ticker import MaxNLocator
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if "start" in spec.xlabel:  # a distribution: x = -1 holds the initial values
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: "start" if v == -1 else f"{v:g}"))
     ax.set_ylabel(textwrap.fill(spec.ylabel, 42), fontsize=8.5)
     ax.grid(alpha=0.25, lw=0.6)
     if legend and spec.series:
@@ -740,20 +753,22 @@ def _draw_bars(ax, spec: FigureSpec) -> None:
     ax.set_xticklabels(spec.categories, rotation=20, ha="right", fontsize=8)
 
 
-def draw(spec: FigureSpec | Panels):
-    """The spec as a ``matplotlib.figure.Figure``."""
+def draw(spec: FigureSpec | Panels, dpi: int = DPI):
+    """The spec as a ``matplotlib.figure.Figure`` in constrained layout (titles, labels and legends
+    never overlap; the caption sits below the figure)."""
     from matplotlib.figure import Figure
 
     if isinstance(spec, FigureSpec):
-        fig = Figure(figsize=(7.2, 3.9), dpi=110)
-        ax = fig.add_subplot(1, 1, 1)
-        _draw_axes(ax, spec)
+        fig = Figure(figsize=(7.2, 3.9), dpi=dpi, layout="constrained")
+        _draw_axes(fig.add_subplot(1, 1, 1), spec)
         if spec.caption:
             fig.text(0.01, -0.02, textwrap.fill(spec.caption, 130), ha="left", va="top", fontsize=7, color="#444444")
         return fig
     ncols = max(1, spec.ncols)
     nrows = math.ceil(len(spec.panels) / ncols)
-    fig = Figure(figsize=(4.4 * ncols, 3.2 * nrows), dpi=110)
+    longest = max((len(s.label) for p in spec.panels for s in p.series), default=0)
+    legend_width = 0.6 + 0.057 * longest if longest else 0.0  # inches beside the panels (7.5 pt text)
+    fig = Figure(figsize=(4.4 * ncols + legend_width, 3.2 * nrows), dpi=dpi, layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
     handles: dict[str, object] = {}
     for k, ax in enumerate(axes.ravel()):
@@ -763,29 +778,76 @@ def draw(spec: FigureSpec | Panels):
         _draw_axes(ax, replace(spec.panels[k], caption=""), legend=False)
         for h, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, h)
-    fig.suptitle(spec.title, fontsize=11)
-    fig.tight_layout()
-    if handles:  # one legend for every panel, outside the data
+    # over the panels, from their left edge (centred, a long title ran into the legend beside them)
+    fig.suptitle(textwrap.fill(spec.title, 46 * ncols), x=0.01, ha="left", fontsize=11)
+    if handles:  # one legend for every panel, outside the data, beside the panels
         title = spec.panels[0].legend_title if spec.panels else ""
-        fig.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.0, 0.95),
-                   fontsize=7.5, frameon=False, title=title or None, title_fontsize=8)
+        fig.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=7.5, frameon=False,
+                   title=title or None, title_fontsize=8)
     if spec.caption:
         fig.text(0.01, -0.01, textwrap.fill(spec.caption, 40 * ncols + 60), ha="left", va="top", fontsize=7,
                  color="#444444")
     return fig
 
 
-def save(spec: FigureSpec | Panels, folder: str | Path, name: str | None = None) -> Path:
-    """Draw ``spec`` into ``folder/<name or spec.name>.png`` (legends and caption kept in the picture)."""
-    path = Path(folder) / f"{name or spec.name}.png"
-    fig = draw(spec)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+def output_options(formats=("png",), dpi: int = DPI, facet: str | None = None) -> tuple[tuple[str, ...], int,
+                                                                                     str | None]:
+    """``(formats, dpi, facet)`` checked: formats a comma-separated string or a sequence of
+    ``FORMATS`` (at least one), dpi a whole number in ``DPI_RANGE``, facet None or one of
+    ``FACETS``; anything else is a one-line UserError naming the flag (``abm report --format``,
+    ``--dpi``, ``--facet``)."""
+    from abm.errors import UserError
+
+    items = formats.split(",") if isinstance(formats, str) else list(formats) if isinstance(formats, (list, tuple)) \
+        else None
+    if items is None or not all(isinstance(f, str) for f in items):
+        raise UserError(f"--format: expected formats like png,svg,pdf, got {formats!r}")
+    names = list(dict.fromkeys(f.strip().lower().lstrip(".") for f in items if f.strip()))
+    bad = [f for f in names if f not in FORMATS]
+    if bad or not names:
+        raise UserError(f"--format: unknown format {bad[0] if bad else formats!r}; choose from {', '.join(FORMATS)}")
+    low, high = DPI_RANGE
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, np.integer)) or not low <= dpi <= high:
+        raise UserError(f"--dpi: expected a whole number from {low} to {high}, got {dpi!r}")
+    if facet is not None and facet not in FACETS:
+        raise UserError(f"--facet: unknown facet {facet!r}; choose from {', '.join(FACETS)}")
+    return tuple(names), int(dpi), facet
+
+
+def save(spec: FigureSpec | Panels, folder: str | Path, name: str | None = None, formats=("png",),
+         dpi: int = DPI) -> Path:
+    """Draw ``spec`` into ``folder/<name or spec.name>.<format>`` for each of ``formats`` (legends and
+    caption kept in the picture; ``dpi`` sets a PNG's resolution); the first file's path."""
+    formats, dpi, _ = output_options(formats, dpi)
+    fig = draw(spec, dpi)
+    paths = [Path(folder) / f"{name or spec.name}.{fmt}" for fmt in formats]
+    for path, fmt in zip(paths, formats):
+        # no creation date in a PDF or SVG: the same figure gives the same file
+        fig.savefig(path, format=fmt, dpi=dpi, bbox_inches="tight",
+                    metadata={"CreationDate": None} if fmt == "pdf" else {"Date": None} if fmt == "svg" else None)
+    return paths[0]
+
+
+def facet_by_group(spec: FigureSpec) -> FigureSpec | Panels:
+    """A figure with per-group series as one panel per population group (each panel's lines: the
+    configurations, in the same colours and dashes), under one legend; a figure without groups as
+    it is."""
+    groups = list(dict.fromkeys(s.group for s in spec.series if s.group is not None))
+    if len(groups) < 2:
+        return spec
+    suffix = " | {g}"
+    panels = []
+    for g in groups:
+        series = [replace(s, label=s.label.replace(suffix.format(g=g), "")) for s in spec.series if s.group == g]
+        panels.append(replace(spec, name=f"{spec.name}_{g}", title=f"group {g}", series=series, caption="",
+                              legend_title="configuration" if spec.legend_title.endswith("| group") else
+                              spec.legend_title))
+    return Panels(spec.name, spec.title, panels, ncols=min(3, len(panels)), caption=spec.caption)
 
 
 def png(spec: FigureSpec | Panels, dpi: int = 90) -> bytes:
     import io
 
     buffer = io.BytesIO()
-    draw(spec).savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    draw(spec, dpi).savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     return buffer.getvalue()

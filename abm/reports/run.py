@@ -1,4 +1,4 @@
-"""A run folder's report: PNG plots and Markdown/CSV tables; ``to_markdown`` for every report."""
+"""A run folder's report: figures (PNG, SVG, PDF) and Markdown/CSV tables; ``to_markdown`` for every report."""
 
 from __future__ import annotations
 
@@ -16,16 +16,18 @@ def _groups(episodes: pd.DataFrame) -> list[str]:
         [c.removeprefix("applications_") for c in episodes.columns if c.startswith("applications_")]
 
 
-def run_figures(run) -> list:
-    """A run's figure specs: one per metric over episodes (groups on one axis), the per-group rates,
-    with an event log each group's wealth (or score) distribution over episodes, and for a deep
-    lender what its training did (``training.png``)."""
+def run_figures(run, facet: str | None = None) -> list:
+    """A run's figure specs: one per metric over episodes (groups on one axis; ``facet="group"``: one
+    panel per group), the per-group rates, with an event log each group's wealth (or score)
+    distribution over episodes, and for a deep lender what its training did (``training.png``)."""
     from abm.reports import figures
 
     family = run.summary.get("family")
     ep = run.episodes
     style = figures.Style([], [], figures.groups_in(ep.columns))
     specs: list = [figures.run_metric(ep, m, family, style) for m in figures.metrics_in(ep.columns)]
+    if facet == "group":
+        specs = [figures.facet_by_group(spec) for spec in specs]
     rates = figures.group_rates(ep, family, style)
     if rates is not None:
         specs.append(rates)
@@ -39,17 +41,19 @@ def run_figures(run) -> list:
     return specs
 
 
-def render_run(folder: str | Path) -> Path:
-    """Write ``report/`` inside a run folder: one PNG per metric (``mean_wealth.png``: every group on one
-    axis), ``group_rates.png``, ``distribution.png``, summary.md and summary.csv."""
+def render_run(folder: str | Path, formats=("png",), dpi: int | None = None, facet: str | None = None) -> Path:
+    """Write ``report/`` inside a run folder: one figure per metric (``mean_wealth.png``: every group on
+    one axis), ``group_rates.png``, ``distribution.png``, each in every one of ``formats`` at ``dpi``
+    (``figures.output_options``), summary.md and summary.csv."""
     from abm.reports import figures
 
+    formats, dpi, facet = figures.output_options(formats, figures.DPI if dpi is None else dpi, facet)
     run = load_run(folder)
     ep = run.episodes
     out = Path(folder) / "report"
     out.mkdir(exist_ok=True)
-    for spec in run_figures(run):
-        figures.save(spec, out)
+    for spec in run_figures(run, facet):
+        figures.save(spec, out, formats=formats, dpi=dpi)
     table = final_table(ep)
     table.to_csv(out / "summary.csv", index=False)
     (out / "summary.md").write_text(f"# {run.folder.name}\n\n" + to_markdown(table) + "\n")

@@ -51,14 +51,14 @@ SEED_FIGURE1 = {"dp": {"race-blind": (10.43, 0.42), "optimistic (LP)": (10.41, 0
 def settings(final: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """The study's settings, each (label, its runs): one per named group (when there are several)
     and per ``bank.gamma`` grid value (when the grid has one)."""
-    keys = [k for k in ("group", "bank.gamma") if k in final.columns and
-            (k != "group" or final[k].nunique() > 1)]
+    keys = [k for k in ("study_group", "bank.gamma") if k in final.columns and
+            (k != "study_group" or final[k].nunique() > 1)]
     if not keys:
         return [("", final)]
     out = []
     for values, part in final.groupby(keys, sort=True):
         values = values if isinstance(values, tuple) else (values,)
-        label = ", ".join(f"group {v}" if k == "group" else f"gamma = {v}" for k, v in zip(keys, values))
+        label = ", ".join(f"group {v}" if k == "study_group" else f"gamma = {v}" for k, v in zip(keys, values))
         out.append((label, part))
     return out
 

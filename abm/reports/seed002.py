@@ -120,13 +120,19 @@ def seed_tables(study: pd.DataFrame, folder: str | Path | None = None) -> str:
     return tables_markdown(final_rows(study, folder))
 
 
+def study_group_column(frame: pd.DataFrame) -> str:
+    """The column naming a run's (first) study group: ``study_group`` in study.parquet, ``group`` in
+    the ledgers written before it was renamed (docs/results/*.csv)."""
+    return "group" if "study_group" not in frame.columns and "group" in frame.columns else "study_group"
+
+
 def tables_markdown(final: pd.DataFrame) -> str:
-    """``seed_tables``' Markdown from its per-run rows (``final_rows``: columns group, config,
+    """``seed_tables``' Markdown from its per-run rows (``final_rows``: columns study_group (a ledger: group), config,
     eval_episodes and the metrics), e.g. those a ledger of runs keeps."""
     lines = ["# Seed 002 tables", "",
              "Final episode of every run (the mean over its evaluation episodes where it ran several: column "
              "Eval.); mean ± 95% CI (Student t) over the seeded replicates.", ""]
-    for group, part in final.groupby("group", sort=False):
+    for group, part in final.groupby(study_group_column(final), sort=False):
         cols = table_columns(part)
         header = ["Method", "Runs", "Eval.", *[h for h, _ in cols]]
         lines += [f"## {group}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -172,11 +178,12 @@ def figure_spec(study: pd.DataFrame):
         frame["recall_mean"] = frame[recalls].astype(float).mean(axis=1)
         frame["recall_sd"] = frame[recalls].astype(float).std(axis=1, ddof=0)
     style = fig.Style.of(frame)
-    groups = list(dict.fromkeys(frame["group"])) if "group" in frame.columns else [None]
+    column = study_group_column(frame)
+    groups = list(dict.fromkeys(frame[column])) if column in frame.columns else [None]
     number, _ = figure_columns(frame)
     panels = []
     for group in groups:
-        part = frame if group is None else frame[frame["group"] == group]
+        part = frame if group is None else frame[frame[column] == group]
         _, cols = figure_columns(part)
         for title, col, ylabel in cols:
             if col not in part.columns or part[col].isna().all():

@@ -24,6 +24,7 @@ whether the study's runs carry what the paper's tables need, ``write(folder, out
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Iterable, Protocol
 
@@ -35,11 +36,6 @@ from abm.reports import figures
 from abm.reports.run import to_markdown
 from abm.runner import is_complete, run_folder_problem
 from abm.study.aggregate import config_label, latest_run_times, load_summary, read_manifest
-
-# metrics shown in the comparison tables and plots, when a family provides them
-KEY_METRICS = ("wealth_gap", "inequality_ratio", "cumulative_profit", "mean_wealth_{g}", "reach_{g}",
-               "social_welfare_{g}", "recall_{g}", "credit_gap")
-
 
 class PaperReport(Protocol):
     """A paper's result forms from a finished study (a module: ``abm.reports.seed000`` ...)."""
@@ -59,21 +55,14 @@ def is_study_folder(folder: str | Path) -> bool:
     return (folder / "study.yaml").is_file() or (folder / "runs").is_dir()
 
 
-def _metric_list(summary: pd.DataFrame) -> list[str]:
-    groups = [c.removeprefix("mean_wealth_").removesuffix("_mean") for c in summary.columns
-              if c.startswith("mean_wealth_") and c.endswith("_mean")]
-    out = []
-    for pattern in KEY_METRICS:
-        names = [pattern.format(g=g) for g in groups] if "{g}" in pattern else [pattern]
-        out += [m for m in names if f"{m}_mean" in summary.columns]
-    return out
-
-
 def render_study(folder: str | Path, papers: Iterable[PaperReport] = (), fairness: str | None = None,
-                 profit: str | None = None) -> Path:
+                 profit: str | None = None, formats=("png",), dpi: int = figures.DPI, facet: str | None = None) -> Path:
     """Write ``report/`` in a study folder: comparison.md/.csv, the study's figures, and the forms of
     every paper in ``papers`` that applies to the study. ``fairness`` / ``profit``: the frontier's
-    axes (a column of ``study.parquet``) besides the default ``frontier.png``."""
+    axes (a column of ``study.parquet``) besides the default ``frontier.png``; ``formats``, ``dpi``,
+    ``facet``: as ``figures.output_options`` (each figure in every format; ``facet="group"``: the
+    per-group figures one panel per group)."""
+    formats, dpi, facet = figures.output_options(formats, dpi, facet)
     folder = Path(folder)
     manifest = read_manifest(folder)
     summary = load_summary(folder)
@@ -81,24 +70,19 @@ def render_study(folder: str | Path, papers: Iterable[PaperReport] = (), fairnes
         raise UserError(f"{folder}: no finished runs to report (see runs.csv / failed/)")
     out = folder / "report"
     out.mkdir(exist_ok=True)
-    metrics = _metric_list(summary)
-    final = summary.loc[summary.groupby("config_id", sort=False)["episode"].idxmax()].reset_index(drop=True)
-    grid_keys = [k for k in manifest.get("grid_keys", []) if k in summary.columns]
-    table_cols = ["config", "groups", "policy", "objective", *grid_keys, "episode", "count"]
-    final[table_cols + [f"{m}_{s}" for m in metrics for s in ("mean", "std")]].to_csv(out / "comparison.csv",
-                                                                                      index=False)
-    lines = [f"# Study {manifest['name']}", "",
-             f"Final episode of each configuration: mean ± std over `count` seeded runs "
-             f"(study seed {manifest['seed']}, {len(manifest['runs'])} runs).", ""]
-    groups = list(dict.fromkeys(g for gs in final["groups"] for g in str(gs).split(",")))
+    study = pd.read_parquet(folder / "study.parquet")
+    grid_keys = [k for k in manifest.get("grid_keys", []) if k in study.columns]
+    final, tables = final_metrics(study)
+    comparison_frame(final, tables, grid_keys).to_csv(out / "comparison.csv", index=False)
+    lines = [f"# Study {manifest['name']}", "", COMPARISON_NOTE.format(seed=manifest["seed"],
+                                                                      runs=len(manifest["runs"])), ""]
+    groups = list(dict.fromkeys(g for gs in final["study_groups"] for g in str(gs).split(",")))
     for group in groups:
-        rows = final[final["groups"].astype(str).str.split(",").map(lambda gs, g=group: g in gs)]
-        view = pd.DataFrame({"configuration": rows["config"], "runs": rows["count"].astype(int)})
-        for m in metrics:
-            view[m] = [_pm(a, b) for a, b in zip(rows[f"{m}_mean"], rows[f"{m}_std"])]
+        rows = final[final["study_groups"].astype(str).str.split(",").map(lambda gs, g=group: g in gs)]
         if len(groups) > 1:
             lines += [f"## Group {group}", ""]
-        lines += [to_markdown(view), ""]
+        for title, columns in tables:
+            lines += [f"### {title}", "", to_markdown(comparison_table(rows, columns)), ""]
     status = pd.read_csv(folder / "runs.csv") if (folder / "runs.csv").is_file() else None
     if status is not None and (status["status"] != "ok").any():
         bad = status[status["status"] != "ok"]
@@ -108,11 +92,97 @@ def render_study(folder: str | Path, papers: Iterable[PaperReport] = (), fairnes
     for paper in papers:
         if paper.applies(folder):
             drawn = {p.name for p in paper.write(folder, out)}
-            for spec in paper.figures(folder):  # those ``write`` did not draw itself
-                if f"{spec.name}.png" not in drawn:
-                    figures.save(spec, out)
-    write_figures(folder, summary, out, manifest, fairness=fairness, profit=profit)
+            for spec in paper.figures(folder):  # those ``write`` did not draw itself, in every format asked
+                todo = [f for f in formats if f"{spec.name}.{f}" not in drawn or dpi != figures.DPI]
+                if todo:
+                    figures.save(spec, out, formats=todo, dpi=dpi)
+    write_figures(folder, summary, out, manifest, fairness=fairness, profit=profit, formats=formats, dpi=dpi,
+                  facet=facet)
     return out
+
+
+COMPARISON_NOTE = ("Final episode of each run; each cell: the mean over a configuration's seeded runs ± the half-width "
+                   "of its 95% confidence interval (Student t, n - 1 d.f.; no interval when n = 1). runs = n, the "
+                   "configuration's finished runs; a cell over fewer finite values gives its own n. One table per "
+                   "figure of the report, configurations in the study's order (study seed {seed}, {runs} runs).")
+
+
+def final_metrics(study: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[str, list[tuple[str, str]]]]]:
+    """(each run's final episode with the per-group rates beside its metrics, the tables: [(title,
+    [(column header, metric column)])]): one table per figure the report draws over these metrics
+    (every catalogued metric the study records, the frontier's axes, the per-group rates and gaps),
+    so every number a figure shows is in comparison.md."""
+    groups = figures.groups_in(study.columns)
+    final = figures.final_rows(study)
+    rates = figures.final_rows(figures.rate_frame(study, groups)) if groups else pd.DataFrame()
+    rate_cols = [c for c in rates.columns if c.split("_", 1)[0] in {r for r, _, _ in figures.RATES}]
+    if rate_cols:
+        final = final.merge(rates[["run_id", *rate_cols]], on="run_id", how="left")
+    tables = []
+    for m in figures.metrics_in(final.columns):
+        if m.per_group:
+            cols = [(g, m.pattern.format(g=g)) for g in groups if m.pattern.format(g=g) in final.columns]
+        else:
+            cols = [(m.pattern, m.pattern)]
+        tables.append((f"{m.title} (`{m.stem}`)", cols))
+    shown = {c for _, cols in tables for _, c in cols}
+    for extra in [*figures.fairness_choices(final.columns), *figures.profit_choices(final.columns)]:
+        if extra not in shown:
+            tables.append((f"`{extra}`", [(extra, extra)]))
+    recall = all(f"recall_{g}" in final.columns for g in groups)
+    for name, title, _ in figures.RATES:
+        if name == "tpr" and recall:  # the true-positive rate is the recall, in its table above
+            continue
+        cols = [(g, f"{name}_{g}") for g in groups if f"{name}_{g}" in final.columns]
+        cols += [("gap", f"{name}_gap")] if f"{name}_gap" in final.columns else []
+        if cols:
+            tables.append((f"{title} per group and gap (`group_rates`)", cols))
+    return final, tables
+
+
+def comparison_table(final: pd.DataFrame, columns: list[tuple[str, str]]) -> pd.DataFrame:
+    """One row per configuration (study order): runs, and per column ``mean ± 95% CI`` over its runs."""
+    rows = []
+    for config, runs in final.groupby("config", sort=False):
+        row = {"configuration": str(config), "runs": len(runs)}
+        for header, col in columns:
+            mean, low, high, n = figures.mean_ci(runs[col])
+            row[header] = ci_cell(mean, high - mean, n, len(runs))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["configuration", "runs", *[h for h, _ in columns]])
+
+
+def comparison_frame(final: pd.DataFrame, tables, grid_keys: list[str]) -> pd.DataFrame:
+    """comparison.csv: one row per configuration; per metric ``_mean``, ``_std``, ``_ci95`` (the
+    half-width of the 95% Student-t interval) and ``_n`` (finite values) over its runs' final episodes."""
+    metrics = list(dict.fromkeys(c for _, cols in tables for _, c in cols))
+    keys = ["config", "study_groups", "policy", "objective", *grid_keys]
+    rows = []
+    for _, runs in final.groupby("config_id", sort=False):
+        row = {k: runs[k].iloc[0] for k in keys} | {"episode": int(runs["episode"].max()), "runs": len(runs)}
+        for m in metrics:
+            mean, _, high, n = figures.mean_ci(runs[m])
+            values = runs[m].astype(float)
+            row.update({f"{m}_mean": mean, f"{m}_std": values.std(), f"{m}_ci95": high - mean, f"{m}_n": n})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ci_cell(mean: float, half: float, n: int, runs: int) -> str:
+    """``3646 ± 140``: a mean and its CI half-width (none for n = 1), ``(n=k)`` where the finite
+    values are fewer than the runs."""
+    if not np.isfinite(mean):
+        return "NaN"
+    text = f"{_num(mean, 4)} ± {_num(half, 2)}" if np.isfinite(half) else _num(mean, 4)
+    return text + (f" (n={n})" if n != runs else "")
+
+
+def _num(x: float, digits: int) -> str:
+    """``digits`` significant digits, in plain notation between 0.001 and a million."""
+    if x == 0 or not 1e-3 <= abs(x) < 1e6:
+        return f"{x:.{digits}g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
 
 
 def time_section(folder: Path, manifest: dict, grid_keys: list[str]) -> list[str]:
@@ -144,12 +214,6 @@ def _secs(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def _pm(mean: float, std: float) -> str:
-    if not np.isfinite(mean):
-        return "NaN"
-    return f"{mean:.4g} ± {std:.2g}" if np.isfinite(std) else f"{mean:.4g}"
-
-
 def study_family(manifest: dict) -> str | None:
     """The family of the study's runs (the first run's resolved scenario)."""
     for spec in manifest.get("runs", []):
@@ -174,8 +238,9 @@ def run_folders(folder: Path, study: pd.DataFrame) -> dict[str, list[Path]]:
 
 
 def study_figures(folder: str | Path, summary: pd.DataFrame | None = None, manifest: dict | None = None,
-                  fairness: str | None = None, profit: str | None = None) -> list:
-    """The study's figure specs (``figures.FigureSpec`` / ``figures.Panels``), in the order they are shown."""
+                  fairness: str | None = None, profit: str | None = None, facet: str | None = None) -> list:
+    """The study's figure specs (``figures.FigureSpec`` / ``figures.Panels``), in the order they are
+    shown; ``facet="group"``: the per-group metrics one panel per group."""
     folder = Path(folder)
     manifest = manifest if manifest is not None else read_manifest(folder)
     summary = summary if summary is not None else load_summary(folder)
@@ -194,7 +259,8 @@ def study_figures(folder: str | Path, summary: pd.DataFrame | None = None, manif
             for x, y in dict.fromkeys(pairs):
                 specs.append(figures.frontier(study, x, y, family=family, style=style))
     for metric in figures.metrics_in(summary.columns, "_mean"):
-        specs.append(figures.study_metric(summary, metric, family, style))
+        spec = figures.study_metric(summary, metric, family, style)
+        specs.append(figures.facet_by_group(spec) if facet == "group" else spec)
     if study is not None and not study.empty:
         rates = figures.group_rates(study, family, style)
         if rates is not None:
@@ -203,21 +269,21 @@ def study_figures(folder: str | Path, summary: pd.DataFrame | None = None, manif
 
 
 def write_figures(folder: Path, summary: pd.DataFrame, out: Path, manifest: dict, fairness: str | None = None,
-                  profit: str | None = None) -> list[Path]:
-    """Every study figure as a PNG in ``out`` (see the module docstring for the names)."""
-    written = [figures.save(spec, out) for spec in study_figures(folder, summary, manifest, fairness, profit)]
+                  profit: str | None = None, formats=("png",), dpi: int = figures.DPI,
+                  facet: str | None = None) -> list[Path]:
+    """Every study figure in ``out``, in each of ``formats`` (see the module docstring for the names)."""
+    specs = study_figures(folder, summary, manifest, fairness, profit, facet)
     groups = figures.groups_in(summary.columns, "_mean")
     if "mean_wealth" in figures.METRIC_BY_STEM and any(f"mean_wealth_{g}_mean" in summary.columns for g in groups):
         style = figures.Style.of(summary, groups)
         for g in groups:  # the per-group panels earlier reports wrote (scripts read them)
-            spec = figures.study_metric(summary, "mean_wealth", study_family(manifest), style, only_group=g)
-            written.append(figures.save(spec, out))
+            specs.append(figures.study_metric(summary, "mean_wealth", study_family(manifest), style, only_group=g))
     if (folder / "study.parquet").is_file():
         study = pd.read_parquet(folder / "study.parquet", columns=["run_id", "config"])
         spec = figures.distribution(run_folders(folder, study), study_family(manifest), groups)
         if spec is not None:
-            written.append(figures.save(spec, out))
-    return written
+            specs.append(spec)
+    return [figures.save(spec, out, formats=formats, dpi=dpi) for spec in specs]
 
 
 def frontier_axes(folder: str | Path, x: str | None, y: str | None) -> tuple[str, str]:

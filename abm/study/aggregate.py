@@ -1,9 +1,12 @@
 """Study aggregation: ``study.parquet``, ``summary.parquet`` and ``runs.csv`` of a study folder.
 
 ``study.parquet`` holds one row per finished run and episode: the run's episode metrics plus
-its configuration columns (run id, configuration id and label, group(s), policy, objective,
-one column per grid field, replicate, seed). ``summary.parquet`` holds one row per
-configuration and episode: ``<metric>_mean`` and ``<metric>_std`` (sample std, ddof 1) over the
+its configuration columns (run id, configuration id and label, the study group(s) of the run
+(``study_group``: the first, ``study_groups``: all, comma-separated; named groups of the study
+file, not population groups, whose metrics are the ``<metric>_<group>`` columns), policy,
+objective, one column per grid field, replicate, seed), in the study's order. ``summary.parquet``
+holds one row per configuration and episode, configurations in the study's order (the order of
+the study file's entries): ``<metric>_mean`` and ``<metric>_std`` (sample std, ddof 1) over the
 replicates, and ``count``, the number of finished runs behind them. ``runs.csv`` lists every
 run with its status and, where ``run_times.csv`` has it, its wall and CPU seconds. Tables and plots on top of these: ``abm.reports.study``.
 """
@@ -22,7 +25,7 @@ from abm.errors import UserError, read_user_file
 from abm.provenance import differs, recorded_fingerprint
 from abm.runner import is_complete, run_folder_problem, write_parquet
 
-RUN_COLUMNS = ("run_id", "config_id", "config", "group", "groups", "policy", "objective")
+RUN_COLUMNS = ("run_id", "config_id", "config", "study_group", "study_groups", "policy", "objective")
 TAIL_COLUMNS = ("replicate", "seed")
 
 
@@ -63,7 +66,9 @@ def _shape_problem(value, fields: dict, where: str) -> str | None:
 
 
 def config_label(columns: dict, grid_keys: list[str]) -> str:
-    parts = [str(columns["policy"])]
+    """A configuration's name in legends and tables: its policy entry's ``label:`` (else the policy
+    with its parameters), its objective unless none, its grid values."""
+    parts = [str(columns.get("label") or columns["policy"])]
     if columns.get("objective", "none") != "none":
         parts.append(str(columns["objective"]))
     parts += [f"{k}={columns[k]}" for k in grid_keys if k in columns]
@@ -103,7 +108,7 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         episodes = pd.read_parquet(run_dir / "episodes.parquet")
         cols = spec["columns"]
         info = {"run_id": spec["run_id"], "config_id": spec["config_id"], "config": config_label(cols, grid_keys),
-                "group": spec["groups"][0], "groups": ",".join(spec["groups"]), "policy": cols["policy"],
+                "study_group": spec["groups"][0], "study_groups": ",".join(spec["groups"]), "policy": cols["policy"],
                 "objective": cols["objective"]}
         info.update({k: cols.get(k) for k in grid_keys})
         info.update({"replicate": spec["replicate"], "seed": spec["seed"]})
@@ -112,7 +117,7 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     id_cols = [*RUN_COLUMNS, *grid_keys, *TAIL_COLUMNS]
     study = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*id_cols, "episode"])
     study = _arrow_safe(study, grid_keys)
-    keys = ["config_id", "config", "groups", "policy", "objective", *grid_keys, "episode"]
+    keys = ["config_id", "config", "study_groups", "policy", "objective", *grid_keys, "episode"]
     metrics = [c for c in study.columns
                if c not in id_cols and c != "episode" and pd.api.types.is_numeric_dtype(study[c])]
     if frames:
@@ -121,7 +126,9 @@ def aggregate(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
         # copy(): one block, not one per metric (10 groups: pandas warned "highly fragmented")
         summary = stats.join(grouped.size().rename("count")).copy().reset_index()
-        summary = summary.sort_values(["config", "episode"], kind="stable").reset_index(drop=True)
+        order = {c: i for i, c in enumerate(dict.fromkeys(study["config_id"]))}  # the study's order
+        summary = summary.sort_values(["config_id", "episode"], key=lambda c: c.map(order) if c.name == "config_id"
+                                      else c, kind="stable").reset_index(drop=True)
     else:
         summary = pd.DataFrame(columns=[*keys, "count"])
     _write_atomic(study, folder / "study.parquet")
@@ -208,9 +215,11 @@ def _write_status(folder: Path, manifest: dict, grid_keys: list[str], corrupt: d
 
 
 def load_summary(folder: Path) -> pd.DataFrame:
-    """``summary.parquet``, rebuilt first when missing or older than the manifest."""
+    """``summary.parquet``, rebuilt first when missing, older than the manifest or written before the
+    study group columns were named ``study_group(s)``."""
     path = folder / "summary.parquet"
     manifest = folder / "manifest.json"
     if not path.is_file() or (manifest.is_file() and manifest.stat().st_mtime > path.stat().st_mtime):
         return aggregate(folder)[1]
-    return pd.read_parquet(path)
+    summary = pd.read_parquet(path)
+    return summary if "study_groups" in summary.columns or summary.empty else aggregate(folder)[1]

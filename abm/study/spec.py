@@ -69,6 +69,29 @@ def _flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+MAX_LABEL = 60  # characters of a policy entry's ``label:`` (a legend entry, a table row)
+
+
+def split_label(entry: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """A policies entry -> (the policy: name and parameters, its ``label:`` or None). The label
+    names the entry in legends and tables only: it is not part of the scenario, so it changes
+    no configuration id, run id or seed."""
+    policy = {k: v for k, v in entry.items() if k != "label"}
+    return policy, entry.get("label")
+
+
+def _label_problem(label: Any) -> str | None:
+    if not isinstance(label, str):
+        return f"label must be text, got {label!r}"
+    if not label.strip():
+        return "label is empty"
+    if len(label) > MAX_LABEL:
+        return f"label is {len(label)} characters long; at most {MAX_LABEL}"
+    if not label.isprintable():
+        return f"label {label!r} holds a line break or control character"
+    return None
+
+
 def _check_policies(entries: list[Any] | None) -> list[Any] | None:
     if entries is None:
         return None
@@ -78,17 +101,42 @@ def _check_policies(entries: list[Any] | None) -> list[Any] | None:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise ValueError(f"entry {i}: expected a mapping with a policy name, e.g. {{name: random, p: 0.3}}, "
                              f"got {entry!r}")
+        if "label" in entry and (problem := _label_problem(entry["label"])):
+            raise ValueError(f"entry {i} ({entry['name']}): {problem}")
         try:
-            PolicyConfig.model_validate(entry)
+            PolicyConfig.model_validate(split_label(entry)[0])
         except UserError as exc:  # registry: unknown name or bad parameter
             raise ValueError(f"entry {i} ({entry['name']}): {exc}") from None
         except ValidationError as exc:
             raise ValueError(f"entry {i}: {exc.errors(include_url=False)[0]['msg']}") from None
-    labels = [policy_label(e) for e in entries]
+    labels = [policy_label(split_label(e)[0]) for e in entries]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
         raise ValueError(f"listed twice: {', '.join(dup)}")
+    named = [e["label"] for e in entries if "label" in e]
+    dup = sorted({x for x in named if named.count(x) > 1})
+    if dup:
+        raise ValueError(f"label {dup[0]!r} names two entries; give each entry its own label")
     return entries
+
+
+def _check_labels(doc: "StudyFile") -> None:
+    """Across the study's groups, one name per policy entry and one entry per name: a label names
+    one policy (with its parameters), a policy carries one label, and no label is the name of
+    another, unlabelled entry (legends and tables would merge them)."""
+    names: dict[str, str] = {}  # policy_label -> its shown name
+    for _, _, _, entries, _ in _blocks(doc):
+        for entry in entries or []:
+            policy, label = split_label(entry)
+            key = policy_label(policy)
+            shown = label if label is not None else key
+            if names.setdefault(key, shown) != shown:
+                raise UserError(f"policies: {key} has two labels, {names[key]!r} and {shown!r}; give it one")
+    seen: dict[str, str] = {}
+    for key, shown in names.items():
+        if seen.setdefault(shown, key) != key:
+            raise UserError(f"policies: label {shown!r} names two policies, {seen[shown]} and {key}; "
+                            "give each its own label")
 
 
 def _check_objectives(entries: list[str | None] | None) -> list[str | None] | None:
@@ -117,7 +165,9 @@ class Block(Section):
         "Dotted field path -> list of values; runs cover every combination (applied after overrides)."))
     policies: list[dict[str, Any]] | None = Field(None, description=(
         "Policies to compare, each {name: NAME, <param>: value}, each replacing the base scenario's policy "
-        "whole (parameters not given take the policy's defaults); default: the base scenario's policy."))
+        "whole (parameters not given take the policy's defaults); default: the base scenario's policy. "
+        "An entry's optional label: (text, at most 60 characters) names it in legends and tables in place of "
+        "NAME(params); it changes no run id."))
     objectives: list[str | None] | None = Field(None, description=(
         "Learning objectives 'perspective:family[:param]' (null keeps the scenario's); default: [null]."))
 
@@ -387,7 +437,7 @@ def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
         seen: dict[str, tuple[dict[str, Any], Any, Any]] = {}  # config id -> the block's point that gave it
         for values in itertools.product(*(grid[k] for k in keys)):
             point = dict(zip(keys, values))
-            for entry in policies or [None]:
+            for entry, shown in [split_label(e) for e in policies or []] or [(None, None)]:
                 for objective in objectives:
                     data = copy.deepcopy(base)
                     label = ", ".join([f"group {group}"] * bool(doc.groups) + [f"{k}={v!r}" for k, v in point.items()]
@@ -412,6 +462,8 @@ def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
                     seen[same] = (point, entry, objective)
                     columns = {"group": group, "policy": policy_label(resolved["policy"]),
                                "objective": resolved.get("objective") or "none"}
+                    if shown is not None:  # only when given: the manifest of an unlabelled study is as before
+                        columns["label"] = shown
                     columns.update({k: _column_value(v) for k, v in point.items()})
                     for r in replicates:
                         seed = derive_seed(doc.study.seed, None if doc.study.common_seeds else config_id, r)
@@ -511,6 +563,10 @@ def study_from_dict(raw: dict[str, Any], source: Path | str = "study") -> Study:
         doc = StudyFile.model_validate(raw)
     except ValidationError as exc:
         raise UserError(_format_errors(str(source), exc)) from None
+    try:
+        _check_labels(doc)
+    except UserError as exc:
+        raise UserError(f"{source}: {exc}") from None
     base = _read_base(doc, source)
     runs = expand(doc, base, str(source))
     keys = list(dict.fromkeys(k for _, _, grid, _, _ in _blocks(doc) for k in grid))
@@ -537,7 +593,7 @@ def base_policy_notices(doc: StudyFile, base: dict[str, Any], source: str) -> li
         return []
     changed = {k: v for k, v in given.items() if defaults.get(k) != v}
     notices = []
-    for entry in dict.fromkeys(json.dumps(e, sort_keys=True) for _, _, _, entries, _ in _blocks(doc)
+    for entry in dict.fromkeys(json.dumps(split_label(e)[0], sort_keys=True) for _, _, _, entries, _ in _blocks(doc)
                                for e in entries or []):
         entry = json.loads(entry)
         if entry.get("name") != name:
