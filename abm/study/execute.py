@@ -20,6 +20,10 @@ Order. Runs start in the study's order, or with ``order`` the named policies' ru
 at every replicate before the next (``abm.study.spec.order_runs``); ``skip`` leaves out runs held
 elsewhere (a ledger kept over sittings). Neither changes any run.
 
+Plugins. Each task carries the command's plugin consent (``abm.plugins.current()``: its
+``--plugins`` folders and the names the user typed, as absolute paths), which ``run_task``
+applies on the worker, so a worker imports a plugin from exactly where the command may.
+
 Cost. Each computed run's wall and CPU time, as its worker measured them, is appended to
 ``run_times.csv`` in the study folder; ``runs.csv`` and the report's "Time" section read it.
 """
