@@ -264,7 +264,8 @@ def _boxes(fig) -> list[tuple[str, object]]:
         texts = [("title", ax.title), ("xlabel", ax.xaxis.label), ("ylabel", ax.yaxis.label)]
         for axis, name in ((ax.xaxis, "xtick"), (ax.yaxis, "ytick")):  # the ticks drawn: those in view
             low, high = sorted(axis.get_view_interval())
-            texts += [(f"{name}{i}", t) for i, (loc, t) in enumerate(zip(axis.get_majorticklocs(), axis.get_ticklabels()))
+            pairs = zip(axis.get_majorticklocs(), axis.get_ticklabels())
+            texts += [(f"{name}{i}", t) for i, (loc, t) in enumerate(pairs)
                       if low - 1e-9 * abs(high - low) <= loc <= high + 1e-9 * abs(high - low)]
         out += [(f"axes{k}.{name}", t.get_window_extent(renderer)) for name, t in texts
                 if t.get_visible() and t.get_text().strip()]
@@ -288,7 +289,8 @@ def overlaps(fig) -> list[str]:
     for i, (a, box_a) in enumerate(boxes):
         for b, box_b in boxes[i + 1:]:
             if box_a.overlaps(box_b) and box_a.width * box_a.height and box_b.width * box_b.height:
-                inter = (min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)) * (min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0))
+                inter = ((min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0))
+                         * (min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)))
                 if inter > 1.0:  # more than a pixel shared: touching edges are not an overlap
                     found.append(f"{a} / {b}")
     return found
@@ -297,7 +299,7 @@ def overlaps(fig) -> list[str]:
 def test_no_text_overlaps_in_any_figure_of_a_run_or_study_report(smoke_report):
     from abm.api import load_run
     from abm.reports.run import run_figures
-    from abm.reports.study import run_folders, study_family, study_figures, write_figures
+    from abm.reports.study import run_folders, study_figures
 
     folder, _ = smoke_report
     run = load_run(next((folder / "runs").iterdir()))

@@ -553,7 +553,8 @@ def test_a_policy_label_names_the_configuration_and_changes_no_run_id():
      "label 'A' names two entries; give each entry its own label"),
     ([{"name": "random", "label": "approve_all"}, {"name": "approve_all"}], None,
      "policies: label 'approve_all' names two policies, random and approve_all; give each its own label"),
-    (None, {"a": {"policies": [{"name": "random", "label": "A"}]}, "b": {"policies": [{"name": "random", "label": "B"}]}},
+    (None, {"a": {"policies": [{"name": "random", "label": "A"}]},
+            "b": {"policies": [{"name": "random", "label": "B"}]}},
      "policies: random has two labels, 'A' and 'B'; give it one"),
 ])
 def test_a_bad_label_is_refused_in_one_line_with_exit_2(tmp_path, policies, groups, message):

@@ -665,7 +665,8 @@ def distribution(runs: dict[str, list[str | Path]], family: str | None = None, g
         series = []
         for g in dict.fromkeys(who):
             q = np.nanquantile(values[who == g], QUANTILES, axis=0)
-            series.append(Series(label=f"{g} (median)", x=np.arange(-1, width - 1, dtype=float), y=q[2], low=q[1], high=q[3],
+            series.append(Series(label=f"{g} (median)", x=np.arange(-1, width - 1, dtype=float), y=q[2],
+                                 low=q[1], high=q[3],
                                  outer_low=q[0], outer_high=q[4], n=len(paths), group=str(g), config=config,
                                  color=style.group_colour(str(g)), marker=style.marker(str(g))))
         pooled = f", {len(paths)} runs pooled" if len(paths) > 1 else ""

@@ -266,7 +266,7 @@ def figure3_spec(study: pd.DataFrame):
             n = int(stats["count"].max())
             name = AGENT_NAMES[agent] + (f": {config}" if per_agent[agent] > 1 else "")
             policy, setting = table.at[config, "policy"], table.at[config, "setting"]
-            series.append(fig.Series(label=f"{name} (n={n})", x=stats.index.to_numpy(float) + 1, y=mean,
+            series.append(fig.Series(label=f"{name} (n={n})", x=stats.index.to_numpy(float), y=mean,
                                          low=mean - half, high=mean + half, n=n, config=str(config), policy=policy,
                                          setting=setting, color=style.colour(policy), dash=style.dash(setting)))
         ylim = None

@@ -127,8 +127,8 @@ def study_group_column(frame: pd.DataFrame) -> str:
 
 
 def tables_markdown(final: pd.DataFrame) -> str:
-    """``seed_tables``' Markdown from its per-run rows (``final_rows``: columns study_group (a ledger: group), config,
-    eval_episodes and the metrics), e.g. those a ledger of runs keeps."""
+    """``seed_tables``' Markdown from its per-run rows (``final_rows``: columns study_group (a
+    ledger's: group), config, eval_episodes and the metrics), e.g. those a ledger of runs keeps."""
     lines = ["# Seed 002 tables", "",
              "Final episode of every run (the mean over its evaluation episodes where it ran several: column "
              "Eval.); mean ± 95% CI (Student t) over the seeded replicates.", ""]

@@ -101,8 +101,8 @@ def render_study(folder: str | Path, papers: Iterable[PaperReport] = (), fairnes
     return out
 
 
-COMPARISON_NOTE = ("Final episode of each run; each cell: the mean over a configuration's seeded runs ± the half-width "
-                   "of its 95% confidence interval (Student t, n - 1 d.f.; no interval when n = 1). runs = n, the "
+COMPARISON_NOTE = ("Final episode of each run; each cell: the mean over a configuration's seeded runs ± the "
+                   "half-width of its 95% confidence interval (Student t, n - 1 d.f.; no interval when n = 1). runs = n, the "
                    "configuration's finished runs; a cell over fewer finite values gives its own n. One table per "
                    "figure of the report, configurations in the study's order (study seed {seed}, {runs} runs).")
 
