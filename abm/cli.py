@@ -386,6 +386,7 @@ def policies(name: Optional[str] = typer.Argument(None, help="A policy name (or 
         typer.echo("plugins: any Policy subclass as module:Class (--policy, policy.name), or an installed "
                    "package's entry point (group abm.policies); see docs/guide.md")
         return
+    _consent([], name)  # a plugin name typed here may come from the working directory
     info = registry.details(name)
     con = _console()
     con.print(f"{info['name']}  ({info['target']}, {info['source']})", markup=False)

@@ -100,7 +100,7 @@ def test_run_needs_consent_for_a_module_beside_the_scenario(tmp_path, monkeypatc
     assert code == 2 and "module 'evil_run' was not imported" in line and "--plugins DIR" in line
     assert not (tmp_path / "MARKER").exists() and not out.exists()
 
-    code, line = in_process("run", "s.yaml", "--out", str(out), "--plugins", str(tmp_path), *SMALL)
+    code, line = in_process("run", "s.yaml", "--out", str(out), "--plugins", ".", *SMALL)  # the guide: --plugins .
     assert code == 0, line
     assert (tmp_path / "MARKER").exists()
     folder = next((out).iterdir())
@@ -114,6 +114,9 @@ def test_a_name_typed_on_the_command_line_is_consent_for_the_working_directory(t
     code, line = in_process("validate", "s.yaml", "--policy", "typed_cli:P")
     assert code == 0 and line == "", line
     assert (tmp_path / "MARKER").exists()
+    marking_policy(tmp_path, "typed_listing")
+    code, out, err = call_in_process("policies", "typed_listing:P")  # the guide: abm policies mylenders:WealthCap
+    assert code == 0 and out.startswith("typed_listing:P  (typed_listing:P, plugin)"), err
 
 
 def test_a_plugins_folder_is_consent_for_that_folder_only(tmp_path, monkeypatch):
