@@ -22,7 +22,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-from sklearn.linear_model import LogisticRegression
 
 from abm.errors import UserError
 from abm.world import ScoreCurveContext
@@ -245,7 +244,7 @@ class Classifier(_ScorePolicy):
         self.decisions = 0
         self._x: list[np.ndarray] = []
         self._y: list[np.ndarray] = []
-        self.model: LogisticRegression | None = None
+        self.model = None  # a fitted sklearn LogisticRegression
         self.constant: float | None = None
         self.fits = 0
 
@@ -267,6 +266,8 @@ class Classifier(_ScorePolicy):
         if y.min() == y.max():
             self.model, self.constant = None, float(y[0])
         else:
+            from sklearn.linear_model import LogisticRegression  # here: ~0.5 s to import, for this policy only
+
             self.model = LogisticRegression(C=self.params.regularisation, max_iter=500).fit(x, y)
             self.constant = None
         self.fits += 1

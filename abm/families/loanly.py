@@ -11,7 +11,6 @@ from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-from sklearn.linear_model import LogisticRegression
 
 from abm.data import load_adult
 from abm.errors import UserError
@@ -62,6 +61,8 @@ def wealth_scores(data_dir: str | None = None) -> pd.DataFrame:
     x = adult_features(adult).to_numpy()
     y = (adult["income"] == ">50K").to_numpy().astype(int)
     mean, std = x.mean(axis=0), x.std(axis=0)
+    from sklearn.linear_model import LogisticRegression  # here: scikit-learn costs ~0.5 s to import
+
     model = LogisticRegression(C=1.0, max_iter=1000).fit((x - mean) / std, y)
     score = model.predict_proba((x - mean) / std)[:, 1]
     group = np.where(adult["sex"] == "Male", 0, 1)
@@ -78,6 +79,8 @@ def fit_approval_model(wealth: np.ndarray, group: np.ndarray, target: np.ndarray
     x = np.column_stack([group.astype(float), (wealth - wealth_mean) / wealth_std])
     if np.ptp(x[:, 0]) == 0:  # one group only: its coefficient is not identified
         x[:, 0] = 0.0
+    from sklearn.linear_model import LogisticRegression
+
     model = LogisticRegression(C=1.0, max_iter=1000).fit(x, target)
     theta_g, theta_x = model.coef_[0]
     return ApprovalModel(float(theta_g), float(theta_x), float(model.intercept_[0]), wealth_mean, wealth_std)
