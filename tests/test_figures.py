@@ -372,3 +372,15 @@ def test_comparison_tables_cover_every_figure_metric_with_a_95_ci():
     assert figures.mean_ci(row["wealth_gap"])[2] == pytest.approx(3.0 + half)
     assert ci_cell(3646.2, 140.3, 3, 3) == "3646 ± 140" and ci_cell(0.5, np.nan, 1, 1) == "0.5000"
     assert ci_cell(1.0, 0.5, 2, 3) == "1.000 ± 0.50 (n=2)"
+
+
+def test_a_run_report_in_svg_only_and_faceted(smoke_report, tmp_path):
+    import shutil
+
+    from abm.reports import render
+
+    folder, _ = smoke_report
+    run = shutil.copytree(next((folder / "runs").iterdir()), tmp_path / "run")  # the study's runs stay as they are
+    out = render(run, formats=["svg"], dpi=50, facet="group")
+    assert not list(out.glob("*.png")) and {"mean_wealth.svg", "group_rates.svg", "distribution.svg"} <= \
+        {p.name for p in out.glob("*.svg")} and (out / "summary.md").is_file()
