@@ -270,8 +270,11 @@ def dashboard(folder: Optional[Path] = typer.Argument(None, help="A run folder o
         with stopped:
             web.serve_live(live, port, host, policy=policy, seed=seed, overrides=list(set_),
                            allow_origins=list(allow_origin))
-    elif policy is not None or seed is not None or set_ or plugins_:
-        raise UserError("dashboard: --policy, --seed, --set and --plugins apply to --live SCENARIO only")
+    elif policy is not None or seed is not None or set_:
+        raise UserError("dashboard: --policy, --seed and --set apply to --live SCENARIO only")
+    elif plugins_:
+        raise UserError("dashboard: --plugins applies to --live SCENARIO only (a folder is read as data: no plugin "
+                        "is imported)")
     else:
         from abm import plugins
 

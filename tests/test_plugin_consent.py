@@ -148,7 +148,8 @@ def test_plugins_must_name_a_folder(tmp_path, monkeypatch, command, bad, message
 def test_dashboard_of_a_folder_takes_no_plugins(tmp_path):
     pytest.importorskip("solara")
     code, line = in_process("dashboard", str(tmp_path), "--plugins", str(tmp_path))
-    assert code == 2 and line == "error: dashboard: --policy, --seed, --set and --plugins apply to --live SCENARIO only"
+    assert code == 2 and line == ("error: dashboard: --plugins applies to --live SCENARIO only (a folder is read as "
+                                  "data: no plugin is imported)")
 
 
 def test_inspect_report_and_validate_of_a_run_folder_import_no_plugin(tmp_path, monkeypatch):
