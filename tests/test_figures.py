@@ -384,3 +384,10 @@ def test_a_run_report_in_svg_only_and_faceted(smoke_report, tmp_path):
     out = render(run, formats=["svg"], dpi=50, facet="group")
     assert not list(out.glob("*.png")) and {"mean_wealth.svg", "group_rates.svg", "distribution.svg"} <= \
         {p.name for p in out.glob("*.svg")} and (out / "summary.md").is_file()
+
+
+def test_a_frontier_legend_lists_the_configurations_first_in_the_study_order():
+    spec = figures.frontier(study_frame(), family="eutopia")
+    legend = figures.draw(spec).axes[0].get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert [t.split(" (")[0] for t in texts] == ["a", "b", "c", "Pareto front"]

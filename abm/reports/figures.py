@@ -726,8 +726,16 @@ def _draw_axes(ax, spec: FigureSpec, legend: bool = True) -> None:
     ax.set_ylabel(textwrap.fill(spec.ylabel, 42), fontsize=8.5)
     ax.grid(alpha=0.25, lw=0.6)
     if legend and spec.series:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=7.5,
+        handles, labels = _legend_entries(ax, spec)
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=7.5,
                   title=spec.legend_title or None, title_fontsize=8, frameon=False)
+
+
+def _legend_entries(ax, spec: FigureSpec) -> tuple[list, list[str]]:
+    """The axes' legend entries in the spec's order (the study's), extras (the Pareto front) after."""
+    rank = {s.label: k for k, s in enumerate(spec.series)}
+    pairs = sorted(zip(*ax.get_legend_handles_labels()), key=lambda hl: rank.get(hl[1], len(rank)))
+    return [h for h, _ in pairs], [label for _, label in pairs]
 
 
 def _pareto_line(ax, spec: FigureSpec) -> None:
@@ -777,7 +785,7 @@ def draw(spec: FigureSpec | Panels, dpi: int = DPI):
             ax.set_visible(False)
             continue
         _draw_axes(ax, replace(spec.panels[k], caption=""), legend=False)
-        for h, label in zip(*ax.get_legend_handles_labels()):
+        for h, label in zip(*_legend_entries(ax, spec.panels[k])):
             handles.setdefault(label, h)
     # over the panels, from their left edge (centred, a long title ran into the legend beside them)
     fig.suptitle(textwrap.fill(spec.title, 46 * ncols), x=0.01, ha="left", fontsize=11)
