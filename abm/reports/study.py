@@ -1,8 +1,11 @@
-"""A study folder's report: comparison tables (Markdown and CSV, final episode), the study's figures,
-and each paper's own forms where the study has the runs they need.
+"""A study folder's report: comparison tables (Markdown and CSV, final episode: mean ± 95% CI
+with n, one table per figure), the study's figures, and each paper's own forms where the study
+has the runs they need.
 
 Figures (``abm.reports.figures``: 95% Student-t confidence bands over seeds, n in the legend,
-colour per policy, line style per setting, groups on the same axes, legends outside the data):
+colour per policy, line style per setting, groups on the same axes or one panel per group
+(``facet="group"``), legends outside the data in the study's order; each figure in every format
+asked, ``<name>.png`` / ``.svg`` / ``.pdf``):
 
     <metric>.png          one per metric over episodes (``mean_wealth.png``: every group on one axis;
                           ``mean_wealth_<g>.png``: one group's panel, kept for the scripts that read it)
