@@ -41,7 +41,7 @@ def finals(folder: str) -> pd.DataFrame:
         if not table.is_file():
             print(f"{folder}: no study.parquet (render it with: abm report {folder})", file=sys.stderr)
             raise SystemExit(2)
-        out = final_rows(pd.read_parquet(table), folder).copy()
+        out = final_rows(pd.read_parquet(table), folder).rename(columns={"study_group": "group"})  # as a ledger
     out = out.copy()  # one block: a wide ledger (10 groups) read column by column warns "fragmented"
     out["method"] = out["policy"].str.extract(r"^([a-z_]+)", expand=False) + \
         out["policy"].str.contains("variant=full").map({True: "_full", False: ""})

@@ -76,6 +76,7 @@ def study_rows(folder: Path) -> pd.DataFrame:
     from abm.study.aggregate import aggregate, latest_run_times
 
     study, _ = aggregate(folder)
+    study = study.rename(columns={"study_group": "group", "study_groups": "groups"})  # the ledgers' names
     if study.empty:
         return pd.DataFrame(columns=[*IDENTITY, *COST, *PROVENANCE])
     final = final_rows(study, folder).reset_index(drop=True)

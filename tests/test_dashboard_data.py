@@ -203,7 +203,7 @@ def _summary() -> pd.DataFrame:
         "wealth_gap_mean": [10.0, 12.0, 5.0, 6.0], "wealth_gap_std": [1.0, 2.0, np.nan, np.nan]})
 
 
-def test_study_bands_are_mean_plus_minus_std():
+def test_study_bands_are_mean_plus_minus_std_and_the_table_a_95_ci():
     from abm.dashboard.data import study_bands, study_final_table
 
     bands = study_bands(_summary(), "wealth_gap")
@@ -213,7 +213,7 @@ def test_study_bands_are_mean_plus_minus_std():
     assert (b["lower"] == b["mean"]).all() and (b["upper"] == b["mean"]).all()  # one run: no spread
     final = study_final_table(_summary(), ["wealth_gap"])
     assert final.to_dict("list") == {"configuration": ["approve_all", "random"], "runs": [3, 1],
-                                     "wealth_gap": ["12 ± 2", "6"]}
+                                     "wealth_gap": ["12.00 ± 5.0", "6.000"]}  # t(0.975, 2) * 2 / sqrt(3) = 4.97
     with pytest.raises(UserError, match="no metric 'profit'"):
         study_bands(_summary(), "profit")
 

@@ -467,7 +467,7 @@ def ConfigurationsView(study, open_run=None):
     metrics = [m for _, cols in panels for m in cols]
     final = data.study_final_table(summary, metrics)
     links = data.runs_by_config(study, _study_frame(*key))
-    solara.Markdown("Final episode of each configuration: mean ± std over its seeded runs; its runs open in *Runs*.")
+    solara.Markdown("Final episode of each configuration: mean ± 95% CI over its seeded runs; its runs open in *Runs*.")
     header = [solara.v.Html(tag="th", children=[c]) for c in [*final.columns, "runs (open)"]]
     body = []
     for row in final.itertuples(index=False):

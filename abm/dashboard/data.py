@@ -27,6 +27,8 @@ import yaml
 
 from abm.errors import UserError
 from abm.inspect import Run, load_run
+from abm.reports.figures import t_half_width
+from abm.reports.study import ci_cell
 
 # (title, column pattern): the group metrics shown over episodes, when a family provides them
 PANELS = (
@@ -141,21 +143,19 @@ def study_bands(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def study_final_table(summary: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """Configurations side by side at their last episode: ``mean ± std`` per metric."""
+    """Configurations side by side at their last episode: mean ± 95% CI per metric (as the report's
+    comparison tables: ``abm.reports.study.ci_cell``)."""
     if summary.empty:
         return pd.DataFrame(columns=["configuration", "runs", *metrics])
     last = summary.loc[summary.groupby("config_id", sort=False)["episode"].idxmax()]
     out = pd.DataFrame({"configuration": last["config"].astype(str).to_numpy(),
                         "runs": last["count"].astype(int).to_numpy()})
     for m in metrics:
-        out[m] = [_pm(a, b) for a, b in zip(last[f"{m}_mean"], last[f"{m}_std"])]
+        half = t_half_width(last[f"{m}_std"], last["count"])
+        out[m] = [ci_cell(a, h, int(n), int(n)) for a, h, n in zip(last[f"{m}_mean"], half, last["count"])]
     return out
 
 
-def _pm(mean: float, std: float) -> str:
-    if not np.isfinite(mean):
-        return "NaN"
-    return f"{mean:.4g} ± {std:.2g}" if np.isfinite(std) else f"{mean:.4g}"
 
 
 # -- applicants ---------------------------------------------------------------------------
@@ -316,4 +316,3 @@ def runs_by_config(study: Study, frame: pd.DataFrame | None = None) -> dict[str,
         if str(r.run_id) in done:
             out.setdefault(str(r.config), []).append(str(r.run_id))
     return out
-
