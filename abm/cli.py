@@ -343,24 +343,32 @@ def report(folder: Path = typer.Argument(..., help="A run or study folder."),
            frontier_y: Optional[str] = typer.Option(None, "--frontier-y", metavar="METRIC",
                                                     help="A study: also draw the frontier with this metric on y "
                                                     "(default: the first profit metric, e.g. "
-                                                    "cumulative_profit).")) -> None:
-    """Render tables (Markdown/CSV) and PNG plots for a run or a study."""
+                                                    "cumulative_profit)."),
+           formats: str = typer.Option("png", "--format", metavar="FORMATS",
+                                       help="Figure formats, comma-separated: png, svg, pdf (default: png)."),
+           dpi: int = typer.Option(110, "--dpi", help="PNG resolution, 50 to 1200 (default: 110)."),
+           facet: Optional[str] = typer.Option(None, "--facet", metavar="group",
+                                               help="group: a per-group metric's figure gets one panel per "
+                                               "population group.")) -> None:
+    """Render tables (Markdown/CSV) and figures (PNG, SVG, PDF) for a run or a study."""
     from abm import plugins
     from abm.reports import render
+    from abm.reports.figures import output_options
     from abm.reports.study import frontier_axes, frontier_file, is_study_folder
 
     plugins.forbid("abm report")
+    options = dict(zip(("formats", "dpi", "facet"), output_options(formats, dpi, facet)))  # bad values: one line
     interrupted = _kept(f"the report was not written ({folder / 'report'} is as it was)")
     if frontier_x is None and frontier_y is None:
         with interrupted:
-            typer.echo(f"report: {render(folder)}")
+            typer.echo(f"report: {render(folder, **options)}")
         return
     flag = "--frontier-x" if frontier_x is not None else "--frontier-y"
     if not is_study_folder(folder):
         raise UserError(f"{flag}: applies to a study folder (study.yaml or runs/), and {folder} is not one")
     x, y = frontier_axes(folder, frontier_x, frontier_y)  # checked before anything is drawn
     with interrupted:
-        written = render(folder, frontier=(x, y))  # the chosen frontier is part of the report
+        written = render(folder, frontier=(x, y), **options)  # the chosen frontier is part of the report
     typer.echo(f"report: {written}")
     typer.echo(f"frontier: {frontier_file(written, x, y)}")
 

@@ -391,3 +391,19 @@ def test_a_frontier_legend_lists_the_configurations_first_in_the_study_order():
     legend = figures.draw(spec).axes[0].get_legend()
     texts = [t.get_text() for t in legend.get_texts()]
     assert [t.split(" (")[0] for t in texts] == ["a", "b", "c", "Pareto front"]
+
+
+def test_abm_report_takes_format_dpi_and_facet_and_refuses_bad_ones_in_one_line(smoke_report, tmp_path):
+    import shutil
+
+    from conftest import call_in_process
+
+    folder, _ = smoke_report
+    run = shutil.copytree(next((folder / "runs").iterdir()), tmp_path / "run")
+    code, out, err = call_in_process("report", str(run), "--format", "svg,pdf", "--dpi", "60", "--facet", "group")
+    assert code == 0, err
+    assert (run / "report" / "mean_wealth.svg").is_file() and (run / "report" / "mean_wealth.pdf").is_file()
+    for args, needle in ((["--format", "gif"], "--format: unknown format 'gif'"), (["--dpi", "5"], "--dpi: "),
+                         (["--facet", "policy"], "--facet: unknown facet 'policy'")):
+        code, _, err = call_in_process("report", str(run), *args)
+        assert code == 2 and needle in err and err.count("\n") == 1, err
