@@ -376,8 +376,10 @@ def get(name: str) -> type:
         return _PLUGIN_POLICIES[name]
     if isinstance(name, str) and (":" in name or name in entry_points("policy")):
         return _load_policy(name)
-    raise UserError(f"policy.name: unknown policy {name!r} (registered: {', '.join(names())}; "
-                    f"a plugin is module:Class)")
+    from abm.strict import did_you_mean  # pydantic: not for the light listing
+
+    raise UserError(f"policy.name: unknown policy {name!r}{did_you_mean(name, names())} (registered: "
+                    f"{', '.join(names())}; a plugin is module:Class)")
 
 
 def plugin_modules(policy_name: str | None, family: str | None, objective: str | None = None) -> list[str]:
@@ -407,6 +409,8 @@ def registered_classes(module: str) -> list[type]:
 def validate_params(name: str, params: dict[str, Any]):
     from pydantic import ValidationError
 
+    from abm.strict import did_you_mean, fields_at
+
     cls = get(name)
     try:
         return cls.Params(**params)
@@ -415,6 +419,8 @@ def validate_params(name: str, params: dict[str, Any]):
         for err in exc.errors(include_url=False):
             loc = ".".join(str(x) for x in err.get("loc", ())) or "(params)"
             msg = err.get("msg", "invalid").removeprefix("Value error, ")
+            if err.get("type") == "extra_forbidden":  # a misspelled parameter: the closest one
+                msg = "unknown parameter of policy " + repr(name) + did_you_mean(loc, fields_at(cls.Params, ()))
             if err.get("type") == "loose_scalar":  # numbers and flags as written (abm.config)
                 loc, msg, err = err["ctx"]["key"], err["ctx"]["reason"], {**err, "type": "missing"}
             got = "" if err.get("type") == "missing" else f" (got {err.get('input')!r})"

@@ -118,6 +118,8 @@ MISSPELLED = [  # (file, override, the one line must say) -- exit 2, and a sugge
     (GOOD, "populaton.size=3", "populaton: unknown field (did you mean 'population'?)"),
     (GOOD, "arrivals.zzzz=1", "arrivals.zzzz: unknown field (got 1)"),  # nothing close: no guess
     (CREDIT, "family=credit_scor", "unknown family 'credit_scor' (did you mean 'credit_score'?)"),
+    (GOOD, "policy.name=randm", "unknown policy 'randm' (did you mean 'random'?)"),
+    (GOOD, ("policy.name=random", "policy.pp=0.3"), "policy.pp: unknown parameter of policy 'random' (did you mean 'p'?)"),
     (CREDIT, "population.groups=[{name: A, initial_distributon: [0.5, 0.5]}]",
      "population.groups[0].initial_distributon: unknown field (did you mean 'initial_distribution'?)"),
     # a bad entry is named by its index (0-based, as the path's list indices)
@@ -129,5 +131,6 @@ MISSPELLED = [  # (file, override, the one line must say) -- exit 2, and a sugge
 
 @pytest.mark.parametrize("path,override,needle", MISSPELLED)
 def test_a_misspelled_name_gets_a_did_you_mean_and_a_bad_entry_its_index(monkeypatch, capsys, path, override, needle):
-    code, _, err = run_main(monkeypatch, capsys, "validate", path, "--set", override)
+    sets = [a for o in ([override] if isinstance(override, str) else override) for a in ("--set", o)]
+    code, _, err = run_main(monkeypatch, capsys, "validate", path, *sets)
     assert code == 2 and needle in err and all(line.startswith("error: ") for line in err.splitlines()), err
