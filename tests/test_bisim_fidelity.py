@@ -84,6 +84,7 @@ def test_probes_start_from_the_live_training_state():
     assert not np.all(fresh.collect(TRUE, 64, seed=0)["obs"][: fresh.p.probe_envs, 0] == 7.0)
 
 
+@pytest.mark.slow  # a statistical check: 8 seeds of a dynamics phase and a sign test (~10 s)
 def test_phase_recovers_the_seeds_direction_on_a_small_market():
     """Seed 002 §5.1: "Bisimulator has learned to provide higher credit increase upon loan repayment
     to the disadvantaged group". 200 applicants, PPO after its first rollout, one phase of N = 40
