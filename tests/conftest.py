@@ -67,6 +67,18 @@ def call_in_process(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def one_line_error(args, *needles: str) -> str:
+    """``abm ARGS`` in this process must be refused with exit 2 and one ``error: `` line holding
+    every needle (no traceback); returns the line."""
+    code, out, err = call_in_process(*args)
+    assert code == 2 and "Traceback" not in err, (args, code, out[-300:], err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), (args, err)
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
 # -- plugin tests: the console entry point in a fresh interpreter with the user's PYTHONPATH --
 def abm_cli(*args: str, cwd: Path = ROOT, pythonpath: Path | None = None, timeout: float = 600):
     """``abm ARGS`` in a subprocess with PYTHONPATH set to ``pythonpath`` only (a user's plugin folder)."""

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import SCENARIOS, SMALL_SCORE_FAMILIES, call_in_process
+from conftest import SCENARIOS, SMALL_SCORE_FAMILIES, call_in_process, one_line_error
 
 SMALL = ["population.n_male=100", "population.n_female=100", "episodes.count=2"]
 TIES = ["network.generator=sbm", "network.homophily=0.8", "network.mean_degree=6", "network.excitation=0.07"]
@@ -28,17 +28,6 @@ def ok(*args: str) -> str:
     code, out, err = call(*args)
     assert code == 0, (args, err)
     return out
-
-
-def one_line_error(args, *needles: str) -> str:
-    code, out, err = call(*args)
-    assert code == 2, (args, code, out[-300:], err)
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), (args, err)
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCENARIOS, call_in_process
+from conftest import ROOT, SCENARIOS, call_in_process, one_line_error
 
 SMALL = ["--set", "population.n_male=100", "--set", "population.n_female=100"]
 TINY = {"study": {"name": "tiny", "seed": 11, "episodes": 2, "seeds": 2},
@@ -30,16 +30,6 @@ TINY = {"study": {"name": "tiny", "seed": 11, "episodes": 2, "seeds": 2},
         "overrides": {"population.n_male": 100, "population.n_female": 100},
         "policies": [{"name": "approve_all"}, {"name": "random", "p": 0.5}]}
 FORK = multiprocessing.get_context("fork")
-
-
-def one_line_error(args, *needles: str) -> str:
-    code, out, err = call_in_process(*args)
-    assert code == 2 and "Traceback" not in err, (args, code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), (args, err)
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
