@@ -545,8 +545,8 @@ def test_a_policy_label_names_the_configuration_and_changes_no_run_id():
 
 
 @pytest.mark.parametrize("policies, groups, message", [
-    ([{"name": "random", "label": ""}], None, "policies: entry 0 (random): label is empty"),
-    ([{"name": "random", "label": 3}], None, "policies: entry 0 (random): label must be text, got 3"),
+    ([{"name": "random", "label": ""}], None, "policies: entry [0] (random): label is empty"),
+    ([{"name": "random", "label": 3}], None, "policies: entry [0] (random): label must be text, got 3"),
     ([{"name": "random", "label": "x" * 61}], None, "label is 61 characters long; at most 60"),
     ([{"name": "random", "label": "a\nb"}], None, "label 'a\\nb' holds a line break or control character"),
     ([{"name": "random", "label": "A"}, {"name": "approve_all", "label": "A"}], None,

@@ -99,16 +99,16 @@ def _check_policies(entries: list[Any] | None) -> list[Any] | None:
         raise ValueError("must list at least one policy (or be left out to use the base scenario's)")
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise ValueError(f"entry {i}: expected a mapping with a policy name, e.g. {{name: random, p: 0.3}}, "
+            raise ValueError(f"entry [{i}]: expected a mapping with a policy name, e.g. {{name: random, p: 0.3}}, "
                              f"got {entry!r}")
         if "label" in entry and (problem := _label_problem(entry["label"])):
-            raise ValueError(f"entry {i} ({entry['name']}): {problem}")
+            raise ValueError(f"entry [{i}] ({entry['name']}): {problem}")
         try:
             PolicyConfig.model_validate(split_label(entry)[0])
         except UserError as exc:  # registry: unknown name or bad parameter
-            raise ValueError(f"entry {i} ({entry['name']}): {exc}") from None
+            raise ValueError(f"entry [{i}] ({entry['name']}): {exc}") from None
         except ValidationError as exc:
-            raise ValueError(f"entry {i}: {exc.errors(include_url=False)[0]['msg']}") from None
+            raise ValueError(f"entry [{i}]: {exc.errors(include_url=False)[0]['msg']}") from None
     labels = [policy_label(split_label(e)[0]) for e in entries]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
@@ -150,7 +150,7 @@ def _check_objectives(entries: list[str | None] | None) -> list[str | None] | No
         try:
             objectives.parse(text)
         except UserError as exc:
-            raise ValueError(f"entry {i}: {exc}") from None
+            raise ValueError(f"entry [{i}]: {exc}") from None
     if len(set(entries)) != len(entries):
         raise ValueError("an objective is listed twice")
     return entries
