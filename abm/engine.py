@@ -19,9 +19,10 @@ instead yields one ``DecisionRequest`` per applicant and waits for its action.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import mesa
 import numpy as np
@@ -50,14 +51,58 @@ _ONE_DECISION = {False: (_frozen(False), _frozen(0.0)), True: (_frozen(True), _f
 
 
 @dataclass
-class Batch:
-    """What a policy may know about a batch besides the observation matrix."""
+class Batch(Mapping):
+    """What a policy may know about a batch besides the observation matrix: the ``info`` of
+    ``policy.decide(obs, info)``. Read it by attribute or by name, as a read-only mapping
+    (``info.group``, ``info["group"]``, ``info.get("group_name")``, ``"group" in info``,
+    ``list(info)``, ``dict(info)``); an unknown name is a one-line ``UserError`` (also a
+    ``KeyError``) naming the known ones.
+
+    ``agent_id``    the applicants' row numbers (one per row of ``obs``)
+    ``group``       each applicant's group as an index into ``group_names``
+    ``group_name``  each applicant's group by name (``group_names[group]``, computed when read)
+    ``group_names`` the scenario's group names, in index order
+    ``time``        the simulation clock at this review
+    ``episode``     the episode number (from 0)
+    ``privileged``  the privileged columns the policy declared (``Policy.privileged``), by name
+    """
 
     agent_id: np.ndarray
     group: np.ndarray
     time: float
     episode: int
     privileged: dict[str, np.ndarray] = field(default_factory=dict)
+    group_names: tuple[str, ...] = ()
+
+    KEYS: ClassVar[tuple[str, ...]] = ("agent_id", "group", "group_name", "group_names", "time", "episode",
+                                       "privileged")
+
+    @property
+    def group_name(self) -> np.ndarray:
+        """Each applicant's group name (a string array, one per row)."""
+        return np.asarray(self.group_names, dtype=object)[self.group] if self.group_names else \
+            np.asarray(self.group).astype(str)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.KEYS:
+            raise InfoKeyError(f"policy info has no key {key!r}; known keys: {', '.join(self.KEYS)}")
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.KEYS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
+
+
+class InfoKeyError(UserError, KeyError):
+    """An unknown name read from a policy's ``info`` (a ``UserError``: one line, exit 2)."""
+
+    def __str__(self) -> str:  # KeyError's str() would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass
@@ -107,6 +152,7 @@ class Simulation(mesa.Model):
         # worlds that sample arrivals in blocks commit those up to now before each review
         self._collect_arrivals = self.world.collect_arrivals if isinstance(self.world, BlockArrivals) else None
         self.log = EventLog(enabled=enabled, group_names=list(self.world.group_names))
+        self._group_names = tuple(self.world.group_names)  # the policy's ``info.group_names``
         self._agent_ids = itertools.count(1)  # Mesa's unique_id of this model's agents (see _numbering)
         with self._numbering():
             self.groups = [Group(self, g, name, start, stop) for g, (name, (start, stop))
@@ -225,9 +271,10 @@ class Simulation(mesa.Model):
             probs = np.clip(actions.astype(float), 0.0, 1.0)
             approved = actions >= 0.5 if np.all((actions == 0) | (actions == 1)) else \
                 self.rngs["decisions"].random(len(idx)) < probs
-            info = Batch(idx, groups, self.env.now, self.episode)
+            info = Batch(idx, groups, self.env.now, self.episode, group_names=self._group_names)
         else:
-            info = Batch(idx, groups, self.env.now, self.episode, w.privileged(idx, self.policy.privileged))
+            info = Batch(idx, groups, self.env.now, self.episode, w.privileged(idx, self.policy.privileged),
+                         self._group_names)
             probs = np.asarray(self.policy.decide(obs, info), dtype=float)
             approved = self.rngs["decisions"].random(len(idx)) < probs
         self._commit(idx, groups, obs, info, probs, approved)
@@ -253,7 +300,8 @@ class Simulation(mesa.Model):
             probs = np.array([min(max(action, 0.0), 1.0)])  # np.clip(action, 0, 1), NaN included
             approved = self.rngs["decisions"].random(1) < probs
         # the batch description is for the policy's hook only (the gym adapter has no policy here)
-        info = None if self.policy is None else Batch(idx, groups, self.env.now, self.episode)
+        info = None if self.policy is None else \
+            Batch(idx, groups, self.env.now, self.episode, group_names=self._group_names)
         self._commit(idx, groups, obs, info, probs, approved)
 
     def _commit(self, idx: np.ndarray, groups: np.ndarray, obs: np.ndarray, info: Batch | None, probs: np.ndarray,

@@ -1,5 +1,13 @@
 """The policy protocol: ``decide(obs, info) -> approval probabilities in [0, 1]``.
 
+``obs`` holds one row per applicant, the family's ``context.obs_fields`` as columns (read one with
+``self.column(obs, "wealth")``; docs/metrics.md lists each family's fields). ``info`` is an
+``abm.engine.Batch``, readable by attribute or by name as a read-only mapping: ``info["group"]``
+(group indices), ``info["group_name"]`` (group names), ``info["group_names"]``, ``info["agent_id"]``,
+``info["time"]``, ``info["episode"]``, ``info["privileged"]`` (the declared privileged columns);
+``info.get``, ``in`` and ``list(info)`` work, and an unknown name is a one-line error naming the
+known ones.
+
 ``decide`` validates shapes and ranges and delegates to ``_decide`` (the Stable-Baselines3
 habit). The engine calls the hooks from one place each: ``prepare(sim)`` once before the clock
 starts (training, pretraining, loading), ``on_decisions`` after each decided batch,
