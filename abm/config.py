@@ -95,6 +95,13 @@ class OutputsConfig(Section):
     events: bool = Field(True, description="Write events.parquet (every event: each applicant's history).")
 
 
+#: the columns of episodes.parquet every run has (the engine's, before its world's metrics)
+ENGINE_METRICS: dict[str, tuple[str, str]] = {
+    "episode": ("", "Episode number, counted from 0."),
+    "time": ("time units", "Simulation clock at the episode's end: (episode + 1) x episodes.horizon."),
+}
+
+
 class ScenarioBase(Section):
     """Fields every family shares. A family's ``Scenario`` subclasses this, adds its own sections
     and declares what the rest of abm reads about the family (a plugin family that declares
@@ -107,6 +114,12 @@ class ScenarioBase(Section):
                      (before its world asks ``abm.eventlog.kind_code`` for their codes)
     live_parameters  the live view's sidebar: (dotted scenario path, label, min, max, step)
     live_plots       the metric each of the live view's plots starts on
+    metric_definitions  each column its world writes to episodes.parquet: name (``{g}`` stands for
+                     each group's name) -> (unit, one-line definition); ``{money}``, ``{wealth}``,
+                     ``{wealth_unit}`` or ``{score}`` in a unit is the family's ``units`` entry.
+                     docs/metrics.md is generated from them (with ``ENGINE_METRICS``, the columns
+                     every run has), and a test checks every column a run writes has one.
+    observation_definitions  observation field (the world's ``obs_fields``) -> one-line definition
     """
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
@@ -115,6 +128,8 @@ class ScenarioBase(Section):
     event_kinds: ClassVar[tuple[str, ...]] = ()
     live_parameters: ClassVar[tuple[tuple[str, str, float, float, float], ...]] = ()
     live_plots: ClassVar[tuple[str, ...]] = ("mean_wealth", "wealth_gap", "cumulative_profit", "reach")
+    metric_definitions: ClassVar[dict[str, tuple[str, str]]] = {}
+    observation_definitions: ClassVar[dict[str, str]] = {}
 
     name: str = Field("scenario", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
                       description="Short name used in run-folder names.")

@@ -1,6 +1,8 @@
-"""The scenario reference (docs/scenario-reference.md) and JSON Schema (docs/scenario.schema.json)
-are what ``abm.reference`` generates from the models now; every top-level field is documented;
-the schema accepts every shipped scenario and refuses an unknown key."""
+"""The scenario reference (docs/scenario-reference.md), JSON Schema (docs/scenario.schema.json),
+gym page and metric glossary (docs/metrics.md) are what ``abm.reference`` generates from the code
+now; every top-level field is documented; the schema accepts every shipped scenario and refuses an
+unknown key; every column a small run of each family writes to episodes.parquet has a definition
+(and every definition is a column some run writes)."""
 
 from __future__ import annotations
 
@@ -181,3 +183,51 @@ def test_the_gym_page_keeps_its_generated_part_between_its_markers(tmp_path, gen
     (tmp_path / reference.GYM_FILE).write_text(page.replace(reference.GYM_END, ""))
     with pytest.raises(UserError, match="generated part"):
         reference.gym_page(tmp_path / reference.GYM_FILE)
+
+
+# small runs of every built-in family, with the options that add columns (credit_gap_w2)
+METRIC_RUNS = {
+    "credit_score": ("lending-credit.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=200",
+                                             "metrics.credit_gap_w2=true"]),
+    "fico": ("fico-delayed-impact.yaml", ["population.size=300", "episodes.count=2", "episodes.horizon=300"]),
+    "admissions": ("admissions.yaml", ["population.size=200", "episodes.count=2", "episodes.horizon=60",
+                                       "policy.burn_in=20"]),
+    "eutopia": ("eutopia.yaml", ["population.n_male=150", "population.n_female=150", "episodes.count=2"]),
+    "beta_belief": ("beta-belief-loans.yaml", ["population.size=100", "episodes.count=2", "episodes.horizon=10"]),
+}
+
+
+def test_every_family_is_run_for_its_metric_columns():
+    assert sorted(METRIC_RUNS) == sorted(reference.families())
+
+
+@pytest.mark.parametrize("family", sorted(METRIC_RUNS))
+def test_every_metric_column_a_run_writes_has_a_definition(family, generated):
+    from abm.config import load_scenario
+    from abm.runner import execute
+
+    path, overrides = METRIC_RUNS[family]
+    sc = load_scenario(SCENARIOS / path, overrides)
+    assert sc.family == family
+    sim, episodes, _ = execute(sc)
+    definitions = reference.metric_definitions(family)
+    names = list(sim.world.group_names)
+    missing = reference.undefined_columns(episodes.columns, names, definitions)
+    assert not missing, (f"{family}: episodes.parquet columns without a definition: {missing}; declare them in "
+                         f"the family's Scenario.metric_definitions and run `{reference.COMMAND}`")
+    written = set(map(str, episodes.columns))
+    unused = [d for d in definitions if not written & {d.replace("{g}", g) for g in names}]
+    assert not unused, f"{family}: definitions of columns no run writes: {unused}"
+    assert all(unit is not None and text.strip() for unit, text in definitions.values())
+    assert all(f in reference.scenario_class(family).observation_definitions for f in sim.world.obs_fields)
+    page = generated[reference.METRICS_FILE]
+    section = page.split(f"## Family `{family}`")[1].split("## Family ")[0]
+    assert all(f"| `{d}` |" in section for d in definitions)
+    assert all(f"| `{f}` |" in section for f in sim.world.obs_fields)
+
+
+def test_undefined_columns_expands_group_patterns():
+    defs = {"episode": ("", "x"), "mean_wealth_{g}": ("$K", "y")}
+    assert reference.undefined_columns(["episode", "mean_wealth_M", "mean_wealth_F", "gap"], ["M", "F"], defs) == \
+        ["gap"]
+    assert reference.undefined_columns(["mean_wealth_X"], ["M"], defs) == ["mean_wealth_X"]

@@ -103,6 +103,31 @@ class Scenario(steps.StepScenario):
         ("dynamics.manipulation_gain", "score gain per manipulation", 0.0, 3.0, 0.5),
         ("bank.reject_success", "reward for rejecting a success r-", -2.0, 0.0, 0.1))
     live_plots: ClassVar[tuple[str, ...]] = ("recall", "recall_gap", "social_burden", "cumulative_profit")
+    observation_definitions: ClassVar[dict[str, str]] = {
+        "test_score": "The applicant's test score as observed (after any manipulation bought).",
+        "group": "The applicant's group index (info[\"group_name\"] has its name).",
+    }
+    metric_definitions: ClassVar[dict[str, tuple[str, str]]] = {
+        "return": ("{money}", "The institution's reward summed over the episode's decisions."),
+        "profit": ("{money}", "Same as return (the profit column every family has)."),
+        "cumulative_profit": ("{money}", "Sum of profit over episodes 0..episode."),
+        "cumulative_return": ("{money}", "Same as cumulative_profit."),
+        "average_return": ("{money} per episode", "cumulative_return / (episode + 1)."),
+        "recall_{g}": ("share (0-1)", "Of group g's applicants who would succeed, the share admitted, cumulative "
+                                      "since the run began; empty until the group's first such applicant."),
+        "recall_gap": ("share (0-1)", "Largest minus smallest recall_{g} over groups; empty while any recall is."),
+        "social_burden_{g}": ("{wealth_unit} per admission", "Manipulation cost paid by group g's admitted "
+                                                             "applicants per admission, cumulative since the run "
+                                                             "began; empty before the group's first admission."),
+        "cumulative_admissions_{g}": ("admissions", "Group g's applicants admitted since the run began."),
+        "applications_{g}": ("applications", "Applications from group g in the episode."),
+        "approvals_{g}": ("admissions", "Applications from group g admitted in the episode."),
+        "manipulations_{g}": ("manipulations", "Score manipulations bought by group g's applicants in the episode."),
+        "remaining_{g}": ("applicants", "Group g's applicants still in the pool at the episode's end."),
+        "mean_budget_{g}": ("{wealth_unit}", "Mean remaining budget of group g's applicants in the pool (0 when none "
+                                             "remain)."),
+        "profit_{g}": ("{money}", "The institution's reward from group g's decisions in the episode."),
+    }
     family: Literal["admissions"] = "admissions"
     population: AdmissionsPopulation = Field(default_factory=AdmissionsPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)

@@ -125,6 +125,56 @@ class Scenario(steps.StepScenario):
         ("bank.risk_weight", "risk weight lambda", 0.0, 0.1, 0.005),
         ("bank.gamma", "discount gamma", 0.1, 0.95, 0.05))
     live_plots: ClassVar[tuple[str, ...]] = ("exact_reward", "exact_dp_gap", "cumulative_profit", "profit")
+    observation_definitions: ClassVar[dict[str, str]] = {
+        "group": "The applicant's group index, 0: minority, 1: majority (info[\"group_name\"] has its name).",
+        "qualified": "1 if the applicant is qualified (the MDP state's qualification), else 0.",
+        "step": "Decisions made on the applicant so far this episode.",
+        "repayments": "The applicant's repaid loans so far.",
+        "defaults": "The applicant's defaulted loans so far.",
+        "rejections": "The applicant's rejections so far.",
+        "alpha": "The bank's Beta-belief alpha (prior plus repayments).",
+        "beta": "The bank's Beta-belief beta (prior plus defaults, plus dynamics.reject_penalty per rejection).",
+        "repay_belief": "The bank's repayment belief alpha / (alpha + beta).",
+    }
+    metric_definitions: ClassVar[dict[str, tuple[str, str]]] = {
+        "reward": ("{money} per decision", "This episode's cohort estimate of the normalised discounted reward "
+                                           "sum_z P(z) mean_i X_R, X_R = (1 - gamma) sum_t gamma^t R(s_t, a_t)."),
+        "discounted_return": ("{money}", "reward / (1 - gamma)."),
+        "offer_rate_{g}": ("share (0-1)", "Mean of the (discounted) offer statistic X_O over group g's cohort (the "
+                                          "demographic-parity statistic)."),
+        "qualified_offer_rate_{g}": ("share (0-1)", "offer_rate_{g} among the group's qualified applicants (the "
+                                                    "equal-opportunity statistic); empty when none are qualified."),
+        "dp_gap": ("share (0-1)", "offer_rate of the majority minus that of the minority."),
+        "eo_gap": ("share (0-1)", "qualified_offer_rate of the majority minus that of the minority; empty with "
+                                  "either undefined."),
+        "sim_reward": ("{money} per decision", "reward pooled over every cohort since the policy's decisions "
+                                               "last changed."),
+        "sim_reward_se": ("{money} per decision", "Standard error of sim_reward."),
+        "sim_dp_gap": ("share (0-1)", "dp_gap pooled as sim_reward."),
+        "sim_dp_gap_se": ("share (0-1)", "Standard error of sim_dp_gap."),
+        "sim_eo_gap": ("share (0-1)", "eo_gap pooled as sim_reward; empty while undefined."),
+        "sim_eo_gap_se": ("share (0-1)", "Standard error of sim_eo_gap; empty while undefined."),
+        "pooled_episodes": ("episodes", "Cohorts pooled into the sim_* columns."),
+        "exact_reward": ("{money} per decision", "reward of the policy used, computed exactly on the enumerated "
+                                                 "MDP (exact_* columns: only with evaluation.exact)."),
+        "exact_dp_gap": ("share (0-1)", "dp_gap computed exactly on the enumerated MDP."),
+        "exact_eo_gap": ("share (0-1)", "eo_gap computed exactly on the enumerated MDP."),
+        "exact_discounted_return": ("{money}", "discounted_return computed exactly on the enumerated MDP."),
+        "exact_paper_scale_return": ("{money}", "exact_discounted_return on the seed's Figure-1 scale (the public "
+                                                "code's +2 per decision)."),
+        "exact_offer_rate_{g}": ("share (0-1)", "offer_rate_{g} computed exactly on the enumerated MDP."),
+        "exact_qualified_offer_rate_{g}": ("share (0-1)", "qualified_offer_rate_{g} computed exactly on the "
+                                                          "enumerated MDP."),
+        "profit": ("{money}", "Cash profit in the episode: interest on repaid loans minus defaulted principal."),
+        "cumulative_profit": ("{money}", "Sum of profit over episodes 0..episode."),
+        "applications_{g}": ("decisions", "Decisions on group g's applicants in the episode."),
+        "approvals_{g}": ("loans", "Loans offered to group g in the episode."),
+        "repayments_{g}": ("loans", "Loans to group g repaid in the episode."),
+        "defaults_{g}": ("loans", "Loans to group g defaulted in the episode."),
+        "qualified_{g}": ("applicants", "Qualified applicants of group g in the episode's cohort."),
+        "mean_belief_{g}": ("{wealth_unit}", "Mean of the bank's repayment belief alpha / (alpha + beta) over group "
+                                             "g's cohort at the episode's end."),
+    }
     family: Literal["beta_belief"] = "beta_belief"
     population: BeliefPopulation = Field(default_factory=BeliefPopulation)
     dynamics: BeliefDynamics = Field(default_factory=BeliefDynamics)
@@ -338,7 +388,8 @@ class World:
         mdp = self.mdp
         live = np.flatnonzero(~mdp.terminal)
         obs = state_observations(mdp)[live]
-        info = Batch(np.full(len(live), -1, np.int64), obs[:, 0].astype(np.int64), self.env.now, self.model.episode)
+        info = Batch(np.full(len(live), -1, np.int64), obs[:, 0].astype(np.int64), self.env.now, self.model.episode,
+                     group_names=tuple(GROUP_NAMES))
         table = np.zeros(mdp.n_states)
         table[live] = policy.decide(obs, info)
         return table

@@ -20,8 +20,8 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 from abm.config import Section
 from abm.errors import InvariantError
 from abm.families import steps
-from abm.families.score_lending import OBS_FIELDS, ObservationDynamics, Population, ScoreLendingWorld, \
-    check_observation_lengths
+from abm.families.score_lending import OBS_FIELDS, SCORE_METRICS, SCORE_OBSERVATIONS, ObservationDynamics, Population, \
+    ScoreLendingWorld, check_observation_lengths
 from abm.world import Lever
 
 SEED_REPAY_PROBS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # seed 002 Table 3
@@ -150,6 +150,9 @@ class Scenario(steps.StepScenario):
         ("dynamics.score_change_default", "score change on default -c-", -3, 0, 1),
         ("bank.reward_default", "bank reward on default -r-", -3.0, 0.0, 0.1))
     live_plots: ClassVar[tuple[str, ...]] = ("mean_score", "credit_gap", "recall", "cumulative_profit")
+    metric_definitions: ClassVar[dict[str, tuple[str, str]]] = SCORE_METRICS
+    #: observation.encoding one_hot appends score_1..score_C and group_<name> indicator columns
+    observation_definitions: ClassVar[dict[str, str]] = SCORE_OBSERVATIONS
     family: Literal["credit_score"] = "credit_score"
     population: CreditPopulation = Field(default_factory=CreditPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)

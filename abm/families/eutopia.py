@@ -160,6 +160,42 @@ class Scenario(ScenarioBase):
         ("population.selection_strength", "selection strength lambda", 0.0, 2.0, 0.1),
         ("population.tau_interest", "interest tau_interest", 0.05, 0.3, 0.01))
     live_plots: ClassVar[tuple[str, ...]] = ("mean_wealth", "wealth_gap", "cumulative_profit", "reach")
+    observation_definitions: ClassVar[dict[str, str]] = {
+        "wealth": "The applicant's wealth ($K).",
+        "group": "The applicant's group index, 0: M, 1: F (info[\"group_name\"] has its name).",
+        "mean_wealth_M": "Mean wealth of group M now ($K).",
+        "mean_wealth_F": "Mean wealth of group F now ($K).",
+        "intensity_M": "Group M's Hawkes application intensity now.",
+        "intensity_F": "Group F's Hawkes application intensity now.",
+        "default_rate_M": "Group M's defaulted / resolved loans since the run began (0 before any resolved).",
+        "default_rate_F": "Group F's defaulted / resolved loans since the run began (0 before any resolved).",
+        "approval_score": "The applicant's score under the published approval model (Loanly's head).",
+        "theta_g": "Group coefficient of the published approval model.",
+        "theta_x": "Wealth coefficient of the published approval model.",
+        "loan_amount": "The amount the applicant asks for ($K).",
+    }
+    metric_definitions: ClassVar[dict[str, tuple[str, str]]] = {
+        "mean_wealth_{g}": ("{wealth_unit}", "Mean wealth of group g's applicants at the episode's end."),
+        "wealth_gap": ("{wealth_unit}", "mean_wealth of the first group minus that of the second (M - F)."),
+        "inequality_ratio": ("ratio", "The first group's mean-wealth growth since the run began over the second's "
+                                      "((mean_wealth_M - initial) / (mean_wealth_F - initial)); empty while the "
+                                      "second group's growth is 0."),
+        "social_welfare_{g}": ("{wealth_unit} per episode", "Group g's mean-wealth growth since the run began "
+                                                            "divided by the episodes so far (episode + 1)."),
+        "profit": ("{money}", "The bank's profit in the episode: interest on repaid loans minus defaulted principal."),
+        "cumulative_profit": ("{money}", "Sum of profit over episodes 0..episode."),
+        "reach_{g}": ("share (0-1)", "Share of group g's applicants who received at least one loan in the episode."),
+        "applications_{g}": ("applications", "Applications from group g in the episode."),
+        "approvals_{g}": ("loans", "Applications from group g approved in the episode."),
+        "repayments_{g}": ("loans", "Loans to group g repaid in the episode."),
+        "defaults_{g}": ("loans", "Loans to group g defaulted in the episode."),
+        "profit_{g}": ("{money}", "The bank's profit from group g's loans in the episode."),
+        "intensity_{g}": ("applications per time unit", "Group g's Hawkes application intensity lambda_g at the "
+                                                        "episode's end (before self-selection)."),
+        "theta_g": ("", "Group coefficient of the published approval model (Loanly's head) at the episode's end."),
+        "theta_x": ("", "Wealth coefficient of the published approval model at the episode's end."),
+        "approval_bias": ("", "Intercept of the published approval model at the episode's end."),
+    }
     family: Literal["eutopia"] = "eutopia"
     population: LoanlyPopulation = Field(default_factory=LoanlyPopulation)
     arrivals: HawkesArrivals = Field(default_factory=HawkesArrivals)

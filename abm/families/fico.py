@@ -19,7 +19,8 @@ from pydantic import Field, field_validator, model_validator
 from abm.config import Section
 from abm.data import load_fico
 from abm.families import steps
-from abm.families.score_lending import ObservationDynamics, Population, ScoreLendingWorld, check_observation_lengths
+from abm.families.score_lending import SCORE_METRICS, SCORE_OBSERVATIONS, ObservationDynamics, Population, \
+    ScoreLendingWorld, check_observation_lengths
 
 SCORE_MIN, SCORE_MAX = 300.0, 850.0
 # Share (%) of the US population in each 50-point FICO band starting at the knot (Liu et al.'s
@@ -116,6 +117,9 @@ class Scenario(steps.StepScenario):
         ("dynamics.score_change_default", "score change on default", -300.0, 0.0, 10.0),
         ("bank.utility_default", "bank utility of a default u-", -10.0, 0.0, 0.5))
     live_plots: ClassVar[tuple[str, ...]] = ("mean_score", "credit_gap", "recall", "cumulative_profit")
+    metric_definitions: ClassVar[dict[str, tuple[str, str]]] = {  # no credit_gap_w2 option here
+        k: v for k, v in SCORE_METRICS.items() if not k.endswith("_w2")}
+    observation_definitions: ClassVar[dict[str, str]] = SCORE_OBSERVATIONS
     family: Literal["fico"] = "fico"
     population: FicoPopulation = Field(default_factory=FicoPopulation)
     arrivals: steps.StepArrivals = Field(default_factory=steps.StepArrivals)

@@ -27,6 +27,44 @@ from abm.world import Lever
 
 OBS_FIELDS = ("credit_score", "group", "repay_ratio", "default_ratio")
 
+#: what each of ``OBS_FIELDS`` is (``Scenario.observation_definitions`` of credit_score and fico)
+SCORE_OBSERVATIONS: dict[str, str] = {
+    "credit_score": "The applicant's credit score as the bank observes it.",
+    "group": "The applicant's group index (info[\"group_name\"] has its name).",
+    "repay_ratio": "The applicant's repaid loans / loans so far (0 before a first loan).",
+    "default_ratio": "The applicant's defaulted loans / loans so far (0 before a first loan).",
+}
+
+#: the columns ``episode_metrics`` writes (``Scenario.metric_definitions`` of credit_score and fico;
+#: ``{g}``: each group; units in braces are the family's ``units``)
+SCORE_METRICS: dict[str, tuple[str, str]] = {
+    "mean_score_{g}": ("{score}", "Mean true credit score of group g's applicants at the episode's end."),
+    "observed_mean_score_{g}": ("{score}", "Mean credit score the bank observes for group g (differs from "
+                                           "mean_score_{g} where observation dynamics differ from the true ones)."),
+    "credit_gap": ("{wealth_unit}", "1-Wasserstein distance between the groups' true score distributions (seed "
+                                    "002's Kantorovich distance); with more than two groups the largest over pairs."),
+    "observed_credit_gap": ("{wealth_unit}", "credit_gap of the observed scores."),
+    "credit_gap_w2": ("{wealth_unit} squared", "credit_gap with the squared ground cost (W2^2); only with "
+                                               "metrics.credit_gap_w2."),
+    "observed_credit_gap_w2": ("{wealth_unit} squared", "credit_gap_w2 of the observed scores; only with "
+                                                        "metrics.credit_gap_w2."),
+    "return": ("{money}", "The bank's reward summed over the episode's decisions."),
+    "profit": ("{money}", "Same as return (the bank's profit column every family has)."),
+    "cumulative_profit": ("{money}", "Sum of profit over episodes 0..episode."),
+    "cumulative_return": ("{money}", "Same as cumulative_profit."),
+    "average_return": ("{money} per episode", "cumulative_return / (episode + 1)."),
+    "recall_{g}": ("share (0-1)", "Of group g's applicants who would repay, the share approved, cumulative since "
+                                  "the run began (true positive rate); empty until the group's first such applicant."),
+    "recall_gap": ("share (0-1)", "Largest minus smallest recall_{g} over groups (the equal-opportunity gap); "
+                                  "empty while any recall is."),
+    "cumulative_loans_{g}": ("loans", "Loans approved to group g since the run began."),
+    "applications_{g}": ("applications", "Applications from group g in the episode."),
+    "approvals_{g}": ("loans", "Applications from group g approved in the episode."),
+    "repayments_{g}": ("loans", "Loans to group g repaid in the episode."),
+    "defaults_{g}": ("loans", "Loans to group g defaulted in the episode."),
+    "profit_{g}": ("{money}", "The bank's reward from group g's decisions in the episode."),
+}
+
 
 class ObservationDynamics(Section):
     """How the agent's view of the score moves (seed 002 B.1: group-specific c+ and c-)."""
