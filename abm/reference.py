@@ -457,7 +457,7 @@ def markdown() -> str:
             page.add(f"Episode defaults in this family: {shown} ([episodes](#episodes)).", "")
         own = [n for n in cls.model_fields if n not in common or cls.model_fields[n].annotation
                is not base.model_fields[n].annotation]
-        page.add(f"Top-level keys of this family (besides [every family's](#every-family)):", "")
+        page.add("Top-level keys of this family (besides [every family's](#every-family)):", "")
         for sub_cls, path, sub_values, sub_anchor, about in _table(page, cls, values, anchor, "", own):
             _section(page, 3, sub_cls, sub_values, path, sub_anchor, about)
 

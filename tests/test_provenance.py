@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import textwrap
 
-import pytest
-
 from abm import provenance
 from conftest import SCENARIOS, abm_cli, run_folder
 

@@ -375,7 +375,6 @@ class ScoreLendingWorld(steps.DrawnOutcomes, steps.LastDecisions, ABC):
         return gap(c[column], c["group"], self.n_groups)
 
     def episode_metrics(self, episode: int) -> dict[str, Any]:
-        c = self.cols
         mu, mu_obs = self.mean_scores(), self.mean_scores("observed_score")
         rec = steps.recall(self.cum["tp"], self.cum["fn"])
         ret = float(self.ep["reward"].sum())
