@@ -426,7 +426,9 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
     """Run a study (a study file or its content as a mapping) into ``out`` (default
     ``outputs/studies/<name>``, as ``abm study``); resumable, like the CLI. ``workers=0`` runs in
     this process (no Dask; a plugin class defined in a notebook works only so); ``workers=N`` a
-    local Dask cluster of N processes, ``workers=None`` one per core; ``scheduler`` an existing
+    local Dask cluster of N processes; ``workers=None`` as ``abm study`` without ``--workers``: in
+    this process while the runs left are below a local cluster's measured break-even, else one
+    worker per core (its choice: ``result.outcome.choice``); ``scheduler`` an existing
     Dask cluster (whose workers must be able to import any plugin the study uses). ``order``:
     policies (NAME or NAME:VARIANT, a sequence or one comma-separated string) whose runs start
     first, as ``abm study --order``; ``skip``:
@@ -461,7 +463,8 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
         warnings.warn(notice, UserWarning, stacklevel=2)
     outcome = run_study(spec, folder, scheduler=scheduler, workers=None if scheduler else workers,
                         retry_failed=retry_failed, recompute_stale=recompute_stale, quiet=quiet,
-                        order=order_items(order), skip=held)
+                        order=order_items(order), skip=held,
+                        on_backend=None if quiet else print)  # workers=None: the default's choice, one line
     return StudyResult(folder=folder, name=spec.name, outcome=outcome)
 
 

@@ -287,8 +287,10 @@ def dashboard(folder: Optional[Path] = typer.Argument(None, help="A run folder o
 def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/studies/*.yaml)."),
           scheduler: Optional[str] = typer.Option(None, help="Existing Dask scheduler tcp://HOST:PORT "
                                                   "(default: a local cluster)."),
-          workers: Optional[int] = typer.Option(None, help="Local cluster size (default: one per core; "
-                                                "0: in this process, no Dask)."),
+          workers: Optional[int] = typer.Option(None, help="Local cluster size (0: in this process, no Dask; "
+                                                "default: in this process while the runs left are below a "
+                                                "local cluster's measured break-even, else one worker per "
+                                                "core; a line says which and why)."),
           out: Optional[Path] = typer.Option(None, help="Study folder (default: outputs/studies/<name>)."),
           retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun runs that failed before."),
           recompute_stale: bool = typer.Option(False, "--recompute-stale", help="Rerun finished runs computed by "
@@ -322,7 +324,8 @@ def study(study_file: Path = typer.Argument(..., help="Study file (scenarios/stu
 
     with _kept(kept):
         outcome = run_study(spec, folder, scheduler=scheduler, workers=workers, retry_failed=retry_failed,
-                            recompute_stale=recompute_stale, quiet=quiet, order=order_items(order), skip=held)
+                            recompute_stale=recompute_stale, quiet=quiet, order=order_items(order), skip=held,
+                            on_backend=typer.echo)  # the default's choice, one line
     for run_id, error in outcome.failures.items():
         typer.echo(f"failed: {run_id}: {error}", err=True)
     typer.echo(outcome.summary_line(spec.name))

@@ -495,11 +495,14 @@ def test_killed_study_resumes_with_exactly_the_expected_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_study_end_to_end_with_the_default_local_cluster(cli, tmp_path):
+def test_smoke_study_end_to_end_with_the_default_backend(cli, tmp_path):
+    """The smoke study is far below a local cluster's break-even: the default runs it in process
+    and says so (tests/test_study_backend.py: the rule; the kill test: an explicit --workers 2)."""
     out = tmp_path / "smoke"
     first = cli("study", str(SMOKE), "--out", str(out), "--report", timeout=600)
     assert first.returncode == 0, first.stderr
-    assert "8 runs: 8 succeeded, 0 skipped, 0 failed" in first.stdout and "dask local cluster" in first.stdout
+    assert "8 runs: 8 succeeded, 0 skipped, 0 failed" in first.stdout and "[in process, no dask]" in first.stdout
+    assert first.stdout.startswith("backend: in process, 8 runs in ")
     assert (out / "report" / "comparison.md").is_file() and (out / "report" / "wealth_gap.png").is_file()
     assert not (out / ".dask-scratch").exists()
     summary = pd.read_parquet(out / "summary.parquet")

@@ -4,7 +4,12 @@ Backends: a ``distributed.LocalCluster`` on this machine (default: one single-th
 process per core, scratch inside the study folder, closed and removed at the end), an
 existing scheduler (``scheduler="tcp://HOST:PORT"``; the study folder must then be on a file
 system the workers see at the same path), an existing ``distributed.Client`` (tests, the
-benchmark), or ``workers=0``: a plain loop in this process.
+benchmark), or ``workers=0``: a plain loop in this process. With none of these (the default),
+``AutoBackend`` decides: the runs start in process, and a local cluster takes the rest only
+when the runs left would take longer in process than the cluster's measured break-even
+(``CLUSTER_START_S``, ``WARMUP_FACTOR``; benchmarks/RESULTS.md, "Studies: in process or on a
+local cluster").
+Every path computes the same files: a run is seeded by its id, not by where it runs.
 
 Safety. Each run is written by the worker that computed it, through ``run_to_folder`` (temp
 name, rename on success; ``summary.json`` last), so a study killed at any moment — SIGKILL
@@ -38,6 +43,7 @@ import functools
 import io
 import json
 import logging
+import math
 import os
 import platform
 import resource
@@ -84,6 +90,7 @@ class StudyOutcome:
     held: int = 0  # not finished here, held elsewhere (``skip``: a ledger of earlier sittings), not computed
     wall_s: float = 0.0
     backend: str = ""
+    choice: str = ""  # the default backend's choice and why (AutoBackend), one line
     failures: dict[str, str] = field(default_factory=dict)  # run id -> one-line error
 
     def summary_line(self, name: str) -> str:
@@ -243,6 +250,84 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+# What a LocalCluster of single-threaded workers costs beyond the runs, measured on 2 cores
+# (benchmarks/RESULTS.md, "Studies: in process or on a local cluster"): its start (1.0-1.3 s, each
+# worker process importing abm) and shutdown (0.25 s); and each worker's first run warming up
+# (imports, the data sets), in parallel, 1.4-2.5 times the warm-up this process's first run showed.
+CLUSTER_START_S = 1.5
+WARMUP_FACTOR = 2.0
+IN_PROCESS = "in process, no dask"
+
+
+@dataclass(frozen=True)
+class AutoBackend:
+    """The default backend's rule (no ``workers``, no ``scheduler``, no ``client``).
+
+    The runs start in this process; the rule is weighed after each from the second on (the
+    first carries this process's warm-up: imports, the data sets). A run is estimated at the
+    mean wall time of the runs after the first, the warm-up ``w`` at the first's excess over
+    it. A local cluster of ``n = min(cores, runs left)`` workers costs ``F = start_s +
+    warmup_factor * w`` beyond the runs, and takes ``F + work / n`` for what takes ``work`` in
+    process: it pays when ``work > F * n / (n - 1)``, the break-even. Above it, the cluster
+    starts for the runs left; below it, the next run is computed here and the rule weighed
+    again, so a study below the break-even finishes in process. One worker (one core, one run
+    left) never pays. Every input is injectable (``start_s``, ``warmup_factor``, ``cores``)."""
+
+    start_s: float = CLUSTER_START_S
+    warmup_factor: float = WARMUP_FACTOR
+    cores: int | None = None  # None: the cores this process may use
+
+    def workers(self, pending: int) -> int:
+        return max(1, min(self.cores or _cores(), pending))
+
+    def break_even_s(self, pending: int, warmup_s: float = 0.0) -> float:
+        n = self.workers(pending)
+        return math.inf if n < 2 else (self.start_s + self.warmup_factor * warmup_s) * n / (n - 1)
+
+    def decide(self, walls: list[float], pending: int) -> tuple[bool, float, float, float]:
+        """``(start a cluster?, seconds a run, estimated seconds left in process, break-even)``
+        after the runs that took ``walls`` seconds in process, with ``pending`` runs left."""
+        if len(walls) < 2:  # one run: its time is mostly warm-up for short runs; measure one more
+            per_run = walls[0] if walls else 0.0
+            return False, per_run, pending * per_run, self.break_even_s(pending)
+        per_run = sum(walls[1:]) / (len(walls) - 1)
+        estimate, even = pending * per_run, self.break_even_s(pending, max(0.0, walls[0] - per_run))
+        return estimate > even, per_run, estimate, even
+
+
+def _auto(tasks: list[dict], rule: AutoBackend, scratch: Path, outcome: StudyOutcome,
+          say: Callable[[str], None]) -> Iterable[dict]:
+    """``AutoBackend``'s backend: runs in process while the runs left are below the break-even,
+    then (if ever) a local cluster for the rest. ``outcome.backend`` names the path each result
+    came by (``run_times.csv``); ``say`` gets one line: the path and why."""
+    walls: list[float] = []
+    outcome.backend = IN_PROCESS
+    for i, task in enumerate(tasks):
+        result = run_task(task)
+        yield result
+        walls.append(float(result.get("wall_s", 0.0)))
+        pending = len(tasks) - i - 1
+        if not pending:
+            break
+        cluster, per_run, estimate, even = rule.decide(walls, pending)
+        if not cluster:
+            continue
+        n = rule.workers(pending)
+        say(f"backend: a local cluster of {n} workers for the {pending} runs left: ~{estimate:.0f}s in process "
+            f"({per_run:.1f}s a run) is above the break-even {even:.0f}s (--workers 0 keeps a study in process)")
+        with local_client(n, scratch) as client:
+            outcome.backend = f"dask local cluster, {n} worker{'s' * (n > 1)}"
+            yield from _on_client(client, tasks[i + 1:])
+        outcome.backend = f"{len(walls)} in process, then {outcome.backend}"
+        return
+    n = rule.workers(len(tasks))
+    warmup = max(0.0, walls[0] - sum(walls[1:]) / (len(walls) - 1)) if len(walls) > 1 else 0.0
+    why = ("one run to compute" if len(tasks) == 1 else "one core" if n < 2 else
+           f"the runs left stayed below a {n}-worker local cluster's break-even "
+           f"(~{rule.break_even_s(len(tasks), warmup):.0f}s)")
+    say(f"backend: in process, {len(walls)} runs in {sum(walls):.1f}s: {why} (--workers N starts a cluster)")
 
 
 @contextlib.contextmanager
@@ -435,8 +520,14 @@ def skip_notices(held: set[str] | frozenset[str], study: Study, source: str = "-
 def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None, workers: int | None = None,
               client=None, retry_failed: bool = False, recompute_stale: bool = False, quiet: bool = False,
               on_result: Callable[[dict], None] | None = None, aggregate: bool = True,
-              order: list[str] | tuple[str, ...] = (), skip: set[str] | frozenset[str] = frozenset()) -> StudyOutcome:
+              order: list[str] | tuple[str, ...] = (), skip: set[str] | frozenset[str] = frozenset(),
+              auto: AutoBackend | None = None, on_backend: Callable[[str], None] | None = None) -> StudyOutcome:
     """Run every unfinished run of ``study`` into ``out_dir``; aggregate; return the counts.
+
+    Backend: ``client``, else ``scheduler``, else ``workers`` (0: in process; N: a local cluster
+    of N), else the default, ``auto`` (``AutoBackend()``: in process below the measured
+    break-even, a local cluster above it), which tells ``on_backend`` its choice in one line
+    (also kept as ``outcome.choice``).
 
     ``order``: policies (NAME or NAME:VARIANT) whose runs start first, each at every replicate
     before the next (``abm.study.spec.order_runs``); the order changes no run. ``skip``: run ids
@@ -502,9 +593,16 @@ def run_study(study: Study, out_dir: str | Path, *, scheduler: str | None = None
                     c = stack.enter_context(remote_client(scheduler))
                     outcome.backend, results = f"dask scheduler {scheduler}", _on_client(c, tasks)
                 elif workers == 0:
-                    outcome.backend, results = "in process, no dask", _serial(tasks)
+                    outcome.backend, results = IN_PROCESS, _serial(tasks)
+                elif workers is None:  # the default: in process or a local cluster, by the measured break-even
+                    def say(line: str) -> None:
+                        outcome.choice = line
+                        if on_backend is not None:
+                            on_backend(line)
+
+                    results = _auto(tasks, auto or AutoBackend(), folder / SCRATCH, outcome, say)
                 else:
-                    n = max(1, min(workers or _cores(), len(tasks)))
+                    n = max(1, min(workers, len(tasks)))
                     c = stack.enter_context(local_client(n, folder / SCRATCH))
                     outcome.backend, results = f"dask local cluster, {n} worker{'s' * (n > 1)}", _on_client(c, tasks)
                 backend_up = True
