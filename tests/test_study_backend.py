@@ -113,7 +113,7 @@ def test_above_the_break_even_the_default_starts_a_cluster_for_the_runs_left(ser
     assert outcome.backend == "2 in process, then dask local cluster, 2 workers"  # two runs measured here first
     assert len(lines) == 1 and lines[0].startswith("backend: a local cluster of 2 workers for the 2 runs left")
     times = read_run_times(tmp_path / "auto")
-    assert list(times["backend"]) [:2] == [IN_PROCESS] * 2
+    assert list(times["backend"])[:2] == [IN_PROCESS] * 2
     assert sorted(times["backend"][2:]) == ["dask local cluster, 2 workers"] * 2
     assert not (tmp_path / "auto" / ".dask-scratch").exists()
     same_files(serial_dir, tmp_path / "auto")
