@@ -27,8 +27,31 @@ def study(folder: Path, name: str, methods: dict[str, list[float]]) -> Path:
     return folder
 
 
+def script(path: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python PATH ARGS`` in this process (no interpreter start-up: these scripts parse their
+    arguments and read tables; the ones that train run in a subprocess below): exit code and
+    output as the command would give them."""
+    import contextlib
+    import io
+    import runpy
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    argv, path_before = sys.argv, list(sys.path)
+    sys.argv, sys.path = [str(path), *args], [str(path.parent), *sys.path]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if isinstance(exc.code, str):
+            err.write(exc.code + "\n")
+    finally:
+        sys.argv, sys.path[:] = argv, path_before
+    return subprocess.CompletedProcess(sys.argv, code, out.getvalue(), err.getvalue())
+
+
 def stats(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    return script(SCRIPT, *args)
 
 
 def test_pool_joins_another_studys_runs_to_the_first_folders(tmp_path):
@@ -154,8 +177,7 @@ def curve_run(folder: Path, n: int = 100) -> Path:
 
 def test_training_curve_blocks_split_by_share_of_training(tmp_path):
     run = curve_run(tmp_path / "run")
-    done = subprocess.run([sys.executable, str(CURVE), str(run), "--edges", "0,0.5,0.75,1"], capture_output=True,
-                          text=True, timeout=120)
+    done = script(CURVE, str(run), "--edges", "0,0.5,0.75,1")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[1].split() == ["block", "episodes", "return", "approve_G1", "approve_G2"]
@@ -170,12 +192,12 @@ def test_training_curve_blocks_split_by_share_of_training(tmp_path):
 ])
 def test_training_curve_blocks_refuse_bad_edges_in_one_line(tmp_path, args, message):
     run = curve_run(tmp_path / "run")
-    done = subprocess.run([sys.executable, str(CURVE), str(run), *args], capture_output=True, text=True, timeout=120)
+    done = script(CURVE, str(run), *args)
     assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_training_curve_blocks_name_a_folder_without_a_curve(tmp_path):
-    done = subprocess.run([sys.executable, str(CURVE), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    done = script(CURVE, str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.strip() == f"{tmp_path / 'policy' / 'training.csv'}: no training curve to read (FileNotFoundError)"
 
@@ -233,12 +255,11 @@ def test_engine_decision_cost_refuses_bad_values_in_one_line(args, message):
 
 
 # -- every script of benchmarks/ with a command line: one line for bad arguments ----------------
-@pytest.mark.parametrize("script", ["bisim_cost_blocks.py", "engine_decision_cost.py", "figure3_credit_stats.py",
+@pytest.mark.parametrize("name", ["bisim_cost_blocks.py", "engine_decision_cost.py", "figure3_credit_stats.py",
                                     "golden.py", "seed002_budget_stats.py",
                                     "training_curve_blocks.py"])
-def test_an_unknown_argument_is_refused_in_one_line(script):
-    done = subprocess.run([sys.executable, str(SCRIPT.parent / script), "x", "y", "--no-such-flag"],
-                          capture_output=True, text=True, timeout=120)
+def test_an_unknown_argument_is_refused_in_one_line(name):
+    done = script(SCRIPT.parent / name, "x", "y", "--no-such-flag")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith("error: ")  # a required argument missing, or the unknown flag
 
@@ -246,14 +267,12 @@ def test_an_unknown_argument_is_refused_in_one_line(script):
 @pytest.mark.parametrize("args, message", [(["--decisions", "abc"], "error: argument --decisions: invalid int value"),
                                            ([], "error: the following arguments are required")])
 def test_a_bad_or_missing_argument_is_one_line(args, message):
-    script = COST if args else SCRIPT
-    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+    done = script(COST if args else SCRIPT, *args)
     assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_figure3_credit_stats_names_a_folder_without_a_study(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT.parent / "figure3_credit_stats.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    done = script(SCRIPT.parent / "figure3_credit_stats.py", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr == f"{tmp_path / 'study.parquet'}: no such file (run abm study " \
                           "scenarios/studies/figure3-credit.yaml first)\n"

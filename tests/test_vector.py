@@ -327,7 +327,7 @@ def random_reward():
 
 
 @pytest.mark.parametrize("name, sets", [
-    ("ppo", FAST_PPO),
+    pytest.param("ppo", FAST_PPO, marks=pytest.mark.slow),  # statistical: training to a return, ~5 s each
     pytest.param("dqn", FAST_DQN, marks=pytest.mark.slow),
 ])
 def test_lean_learner_reaches_sb3s_return_on_lending_credit(name, sets):
