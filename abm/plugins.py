@@ -181,6 +181,12 @@ def _folders_of(spec) -> set[str]:
     return set()
 
 
+def _consented_folders(top: str) -> tuple[str, ...]:
+    """The folders the user allowed ``top`` to come from: every ``--plugins`` folder, and the
+    folders where they typed its name."""
+    return (*_CONSENT.folders, *(f for f, t in _CONSENT.named if t == top))
+
+
 def _in_folder(folder: str, top: str) -> bool:
     return (Path(folder) / f"{top}.py").is_file() or (Path(folder) / top).is_dir()
 
@@ -203,7 +209,7 @@ def find(top: str):
     spec = _spec(top)
     if spec is not None:
         return spec
-    for folder in (*_CONSENT.folders, *(f for f, t in _CONSENT.named if t == top)):
+    for folder in _consented_folders(top):
         for candidate in (Path(folder) / top / "__init__.py", Path(folder) / f"{top}.py"):
             if candidate.is_file():
                 locations = [str(candidate.parent)] if candidate.name == "__init__.py" else None
@@ -225,7 +231,7 @@ def _admit(module_name: str, what: str) -> None:
         if cwd in where and not _cwd_trusted(cwd, top):
             raise UserError(refusal)
         return
-    for folder in (*_CONSENT.folders, *(f for f, t in _CONSENT.named if t == top)):
+    for folder in _consented_folders(top):
         if _in_folder(folder, top):
             if folder not in sys.path:
                 sys.path.append(folder)  # appended: never shadows an installed package
