@@ -286,15 +286,22 @@ class AutoBackend:
         n = self.workers(pending)
         return math.inf if n < 2 else (self.start_s + self.warmup_factor * warmup_s) * n / (n - 1)
 
+    @staticmethod
+    def per_run_and_warmup(walls: list[float]) -> tuple[float, float]:
+        """A run's seconds (the mean after the first) and the warm-up (the first's excess over it);
+        with one run, its time and no warm-up estimate."""
+        if len(walls) < 2:
+            return (walls[0] if walls else 0.0), 0.0
+        per_run = sum(walls[1:]) / (len(walls) - 1)
+        return per_run, max(0.0, walls[0] - per_run)
+
     def decide(self, walls: list[float], pending: int) -> tuple[bool, float, float, float]:
         """``(start a cluster?, seconds a run, estimated seconds left in process, break-even)``
         after the runs that took ``walls`` seconds in process, with ``pending`` runs left."""
-        if len(walls) < 2:  # one run: its time is mostly warm-up for short runs; measure one more
-            per_run = walls[0] if walls else 0.0
-            return False, per_run, pending * per_run, self.break_even_s(pending)
-        per_run = sum(walls[1:]) / (len(walls) - 1)
-        estimate, even = pending * per_run, self.break_even_s(pending, max(0.0, walls[0] - per_run))
-        return estimate > even, per_run, estimate, even
+        per_run, warmup = self.per_run_and_warmup(walls)
+        estimate, even = pending * per_run, self.break_even_s(pending, warmup)
+        # one run: its time is mostly warm-up for short runs; measure one more before deciding
+        return len(walls) >= 2 and estimate > even, per_run, estimate, even
 
 
 def _auto(tasks: list[dict], rule: AutoBackend, scratch: Path, outcome: StudyOutcome,
@@ -323,7 +330,7 @@ def _auto(tasks: list[dict], rule: AutoBackend, scratch: Path, outcome: StudyOut
         outcome.backend = f"{len(walls)} in process, then {outcome.backend}"
         return
     n = rule.workers(len(tasks))
-    warmup = max(0.0, walls[0] - sum(walls[1:]) / (len(walls) - 1)) if len(walls) > 1 else 0.0
+    _, warmup = rule.per_run_and_warmup(walls)
     why = ("one run to compute" if len(tasks) == 1 else "one core" if n < 2 else
            f"the runs left stayed below a {n}-worker local cluster's break-even "
            f"(~{rule.break_even_s(len(tasks), warmup):.0f}s)")
