@@ -475,11 +475,12 @@ def study(study_file_or_dict: str | Path | dict, *, workers: int | None = 0, out
 def bundled_scenarios() -> Path:
     """The folder of the scenarios shipped with abm (package data in a wheel, ``scenarios/`` in a
     source checkout)."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "scenarios", here.parent / "scenarios"):
-        if candidate.is_dir() and any(candidate.glob("*.yaml")):
-            return candidate
-    raise UserError("the bundled scenarios are missing from this installation (reinstall abm)")
+    from abm.data import shipped_scenarios
+
+    folder = shipped_scenarios()
+    if folder is None:
+        raise UserError("the bundled scenarios are missing from this installation (reinstall abm)")
+    return folder
 
 
 def init(folder: str | Path) -> list[Path]:

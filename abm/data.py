@@ -111,3 +111,10 @@ def load_fico(data_dir: str | None = None) -> dict[str, pd.DataFrame]:
         if not np.all(np.isfinite(table.to_numpy())):
             raise UserError(f"FICO table {paths['transrisk_cdf_by_race_ssa.csv'].parent} holds non-numeric values")
     return {"cdf": cdf, "performance": perf, "totals": totals}
+
+
+def shipped_scenarios() -> Path | None:
+    """The folder of the scenarios shipped with abm: package data in a wheel, ``scenarios/`` in a
+    source checkout; None when neither holds any."""
+    here = Path(__file__).resolve().parent
+    return next((d for d in (here / "scenarios", here.parent / "scenarios") if any(d.glob("*.yaml"))), None)

@@ -67,6 +67,7 @@ from gymnasium.envs.registration import EnvSpec
 
 from abm.build import simulation
 from abm.config import MAX_SEED, load_scenario
+from abm.data import shipped_scenarios
 from abm.errors import InvariantError, UserError
 from abm.world import BankReward, ObservationBounds, TrueOutcomeOne, TrueOutcomes
 
@@ -80,13 +81,6 @@ def env_id(name: str) -> str:
     ``abm/LendingCredit-v0``."""
     camel = "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
     return f"{NAMESPACE}/{camel or 'Scenario'}-v0"
-
-
-def _shipped_scenarios() -> Path | None:
-    """The shipped scenario files' folder: package data in a wheel, ``scenarios/`` in a checkout
-    (``abm.api.bundled_scenarios``'s lookup, which this layer cannot import)."""
-    here = Path(__file__).resolve().parent
-    return next((d for d in (here / "scenarios", here.parent / "scenarios") if any(d.glob("*.yaml"))), None)
 
 
 def make_env(scenario, *sets: str, overrides: Sequence[str] = (), sim_episodes: int = 1,
@@ -312,7 +306,7 @@ def register_scenarios(folder: Path | None = None) -> dict[str, Path]:
     the env refuses a step before ``reset`` itself (``ResetNeeded``), passes ``check_env``
     (tests/test_gym.py) and ends its episodes itself, and ``gymnasium.make`` returns the
     ``AbmEnv``, with its ``obs_fields`` and ``group_names`` at hand."""
-    folder = _shipped_scenarios() if folder is None else Path(folder)
+    folder = shipped_scenarios() if folder is None else Path(folder)
     ids = {env_id(p.stem): p for p in sorted(folder.glob("*.yaml"))} if folder is not None else {}
     for id_, path in ids.items():
         if id_ not in gymnasium.registry:
