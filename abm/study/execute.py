@@ -40,6 +40,7 @@ import csv
 import errno
 import fcntl
 import functools
+import gc
 import io
 import json
 import logging
@@ -368,6 +369,10 @@ def remote_client(address: str, timeout_s: float = 20.0):
     try:
         client = Client(address, timeout=timeout_s)
     except (OSError, TimeoutError, ValueError) as exc:
+        # the half-built Client is garbage in a reference cycle; its __del__ closes its loop runner.
+        # Collected later, it can run inside the next Client's loop-runner thread start, which
+        # holds that lock: a deadlock (seen in the suite). Collect it now, here, where nothing is held.
+        gc.collect()
         reason = f"{type(exc).__name__}: {exc}".replace("\n", " ")
         raise UserError(f"--scheduler {address}: cannot connect ({reason})") from None
     try:
