@@ -50,6 +50,7 @@ def run_dir(study_dir):
 def _child(args: list[str], err: str) -> None:
     sys.stdout, sys.stderr = open(os.devnull, "w"), open(err, "w", buffering=1)
     sys.argv = ["abm", *args]
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with SIGINT ignored
     from abm import cli
 
     cli.main()
@@ -91,7 +92,8 @@ def test_ctrl_c_in_a_terminal_stops_a_dask_study_cleanly(tmp_path):
     folder = tmp_path / "study"
     proc = subprocess.Popen([sys.executable, "-m", "abm.cli", "study", str(study_file), "--workers", "1", "--quiet",
                              "--out", str(folder)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
     deadline = time.monotonic() + 120
     while not any(folder.glob("runs/*/summary.json")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
