@@ -2,10 +2,14 @@
 planners on it (policies.fair_mdp): LP, CCE, baselines, ETC."""
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import stats
 
+from abm.config import load_scenario
 from abm.families.loan_mdp.evaluate import (Constraint, LayeredEvaluator, evaluate_policy,
                                            subpopulation_masks, value_function)
 from abm.families.loan_mdp.mdp import (MAJORITY, MINORITY, Action, LoanMDPParams, bank_reward,
@@ -20,6 +24,9 @@ from policies.fair_mdp.lp import solve_fair_lp
 
 DP = Constraint.DEMOGRAPHIC_PARITY
 EO = Constraint.EQUAL_OPPORTUNITY
+# The numbers below are pinned at CEM_loan.py's setting (gamma 0.5, T = (1, 5)), the named
+# variant beta-belief-loans-cem.yaml, not at the default (Figure 1's gamma 0.8, T = (7, 10)).
+CEM = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "beta-belief-loans-cem.yaml").mdp_params()
 
 # Two groups with clearly different priors and a 2-epoch horizon: 8 or 12 decision states,
 # small enough to enumerate every deterministic policy.
@@ -28,8 +35,8 @@ TINY = LoanMDPParams(prior_alpha=(1.5, 3.0), prior_beta=(1.0, 0.5), presimulatio
 TINY_EO = LoanMDPParams(prior_alpha=(1.5, 3.0), prior_beta=(1.0, 0.5),
                         presimulation_steps=(1, 0), horizon=2, gamma=0.8,
                         qualified_threshold=0.5)
-# The seed's parameters at a short horizon: unconstrained DP gap 0.72, EO gap 0.85.
-SMALL = LoanMDPParams(horizon=8)
+# CEM_loan.py's setting at a short horizon: unconstrained DP gap 0.72, EO gap 0.85.
+SMALL = replace(CEM, horizon=8)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +53,7 @@ def test_presimulation_is_beta_binomial():
 
 
 def test_default_initial_distribution_and_groups():
-    mdp = build_loan_mdp(LoanMDPParams(horizon=3))
+    mdp = build_loan_mdp(replace(CEM, horizon=3))
     entry = mdp.initial_distribution > 0
     assert mdp.initial_distribution.sum() == pytest.approx(1.0, abs=1e-14)
     assert mdp.initial_distribution[mdp.group == MAJORITY].sum() == pytest.approx(0.70705682)
@@ -62,7 +69,7 @@ def test_default_initial_distribution_and_groups():
 
 
 def test_transitions_follow_the_beta_update():
-    mdp = build_loan_mdp(LoanMDPParams(horizon=3))
+    mdp = build_loan_mdp(replace(CEM, horizon=3))
     for matrix in mdp.transition:
         np.testing.assert_allclose(np.asarray(matrix.sum(axis=1)).ravel(), 1.0, atol=1e-14)
     s = int(np.flatnonzero((mdp.initial_distribution > 0) & (mdp.group == MINORITY))[0])
@@ -337,7 +344,7 @@ def test_simulated_transitions_match_the_model():
 
 
 def test_etc_estimate_converges_and_reports_every_episode():
-    mdp = build_loan_mdp(LoanMDPParams(horizon=5))
+    mdp = build_loan_mdp(replace(CEM, horizon=5))
     errors = []
     for n_explore in (30, 300, 3000):
         result = explore_then_commit(mdp, DP, 0.1, n_explore, 2 * n_explore,
@@ -359,7 +366,7 @@ def test_etc_estimate_converges_and_reports_every_episode():
 @pytest.mark.slow
 @pytest.mark.parametrize("constraint", [DP, EO])
 def test_full_size_lp_matches_evaluation(constraint):
-    mdp = build_loan_mdp(LoanMDPParams())
+    mdp = build_loan_mdp(CEM)
     lp = solve_fair_lp(mdp, constraint, 0.05)
     evaluation = evaluate_policy(mdp, lp.policy)
     assert evaluation.reward == pytest.approx(lp.objective, abs=1e-8)

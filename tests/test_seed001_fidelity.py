@@ -1,6 +1,8 @@
 """Seed 001 fidelity (issue 18): Figure 1's own setting, the public code's conventions as options,
 explore-then-commit at epsilon / 4, and CCE's elite weighting and policy classes.
 
+* One default, Figure 1's (gamma 0.8, T = (7, 10)): LoanMDPParams(), a bare scenario and
+  scenarios/beta-belief-loans.yaml are one MDP, and a run under the old default keeps its own name.
 * At the Figure-1 default (scenarios/beta-belief-loans.yaml: gamma 0.8, T = (7, 10)) the DP
   constraint binds: race-blind's gap exceeds epsilon, the LP meets it, conservative is 0.
 * Explore-then-commit planning at epsilon / 4 breaks epsilon (under the true P) in at most
@@ -19,10 +21,12 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from abm.config import load_scenario
+from abm.config import config_hash, load_scenario, scenario_to_dict, validate_scenario_dict
 from abm.families.loan_mdp.evaluate import Constraint, evaluate_policy
 from abm.families.loan_mdp.mdp import (MAJORITY, MINORITY, Action, LoanMDPParams, bank_reward,
                                       build_loan_mdp, fairness_weight)
+from abm.runner import run_name
+from abm.study.spec import configuration_id
 from policies.fair_mdp.baselines import conservative_policy, race_blind_policy
 from policies.fair_mdp.cce import (CCEConfig, ExactEvaluator, constrained_cross_entropy,
                                    elite_indices, elite_weights, loan_features, sigmoid_policy)
@@ -58,8 +62,29 @@ def test_scenario_defaults_are_figure1_and_the_old_setting_is_a_variant():
     public = params_of(PUBLIC)
     assert (public.risk_term, public.reward_offset, public.fairness_average, public.divisor, public.horizon) == \
         ("sd", 2.0, "undiscounted", 50.0, 51)
-    # the code defaults are unchanged (CEM_loan.py's), so a LoanMDPParams() is the variant's MDP
-    assert old == LoanMDPParams()
+    # the variant sets every old value itself: it is CEM_loan.py's setting whatever the defaults
+    assert old == LoanMDPParams(gamma=0.5, presimulation_steps=(1, 5))
+
+
+def test_one_default_the_api_a_bare_scenario_and_the_shipped_file():
+    """LoanMDPParams(), a bare `family: beta_belief` scenario and beta-belief-loans.yaml are one
+    MDP: Figure 1's gamma 0.8, T = (7, 10)."""
+    bare = validate_scenario_dict({"family": "beta_belief"}, "bare").mdp_params()
+    assert LoanMDPParams() == bare == params_of(SCENARIO)
+    assert (bare.gamma, bare.presimulation_steps) == (0.8, (7, 10))
+
+
+def test_a_run_under_the_old_default_is_not_reused_for_the_new_one():
+    """The run's identity (config hash, run folder, study configuration id) covers gamma and T even
+    at their defaults: a folder computed when the default was gamma 0.5, T = (1, 5) has another
+    name than one computed at the new default."""
+    new = validate_scenario_dict({"family": "beta_belief"}, "bare")
+    old = validate_scenario_dict({"family": "beta_belief", "bank": {"gamma": 0.5},
+                                  "population": {"presimulation_steps": [1, 5]}}, "old")
+    dumped = scenario_to_dict(new)
+    assert (dumped["bank"]["gamma"], dumped["population"]["presimulation_steps"]) == (0.8, [7, 10])
+    assert config_hash(new) != config_hash(old) and run_name(new) != run_name(old)
+    assert configuration_id(scenario_to_dict(new)) != configuration_id(scenario_to_dict(old))
 
 
 def test_dp_binds_at_the_figure1_default():

@@ -59,7 +59,7 @@ class BeliefPopulation(Section):
     majority_share: float = Field(REF.majority_share, gt=0, lt=1, description="p_Z: P(z = majority).")
     presimulation_steps: list[int] = Field(list(REF.presimulation_steps), min_length=2, max_length=2,
                                            description="T_z forced offers before entry [minority, majority] "
-                                                       "(the seed: T_maj > T_min).")
+                                                       "(the seed: T_maj > T_min; Figure 1: [7, 10]).")
     qualified_threshold: float = Field(REF.qualified_threshold, ge=0, le=1,
                                        description="p0: qualified (EO) iff the entry belief mean >= p0.")
     data_dir: str | None = Field(None, description="Folder with the FICO CSVs (prior_source: fico; default: the "
@@ -87,7 +87,7 @@ class BeliefBank(Section):
     principal: float = Field(REF.principal, gt=0, le=1e6, description="P: principal of a loan.")
     risk_weight: float = Field(REF.risk_weight, ge=0, le=1e6, description="lambda: weight of the risk term.")
     gamma: float = Field(REF.gamma, gt=0, lt=1, description="Discount of the bank reward and of the fairness "
-                                                           "statistics (the public Figure-1 scripts: 0.8; CEM_loan.py: 0.5).")
+                                                           "statistics (Figure 1: 0.8; CEM_loan.py: 0.5).")
     risk_term: Literal["variance", "sd"] = Field(
         REF.risk_term, description="Risk term of the offer reward: variance = lambda (I+P)^2 Var_Beta(p) (docs/MODEL.md); "
                                    "sd = lambda (I+P) sd_Beta(p) (the public code).")

@@ -7,7 +7,7 @@ explore-then-commit, the rollout evaluator and the registered lenders) live on t
 ``policies.fair_mdp``, and import this package, never the other way round.
 
 Model (`mdp`)
-    LoanMDPParams(...)                      frozen, validated parameters (seed defaults; the
+    LoanMDPParams(...)                      frozen, validated parameters (Figure 1 defaults; the
                                             conventions risk_term, reward_offset,
                                             fairness_average, fairness_divisor)
     build_loan_mdp(params) -> LoanMDP       enumerated states, sparse P[a], R, rho, D

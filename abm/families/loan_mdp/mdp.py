@@ -55,7 +55,10 @@ class Action(IntEnum):
 
 @dataclass(frozen=True)
 class LoanMDPParams:
-    """Parameters of the loan MDP; defaults are the seed-001 values (docs/MODEL.md (seed 001))."""
+    """Parameters of the loan MDP; the defaults are seed 001's Figure-1 setting (gamma 0.8,
+    T = (7, 10)) under the seed's definitions, as is scenarios/beta-belief-loans.yaml and a bare
+    ``family: beta_belief`` scenario (docs/MODEL.md (seed 001)); CEM_loan.py's gamma 0.5,
+    T = (1, 5) is the named variant scenarios/beta-belief-loans-cem.yaml."""
 
     prior_alpha: tuple[float, float] = (1.4614873, 1.51578208)
     """Beta prior alpha per group, indexed by z (0 = minority, 1 = majority)."""
@@ -63,8 +66,8 @@ class LoanMDPParams:
     """Beta prior beta per group, indexed by z."""
     majority_share: float = 0.70705682
     """pZ: probability that an applicant belongs to the majority (z = 1)."""
-    presimulation_steps: tuple[int, int] = (1, 5)
-    """T_z: forced always-accept steps that produce the initial states (T_maj > T_min)."""
+    presimulation_steps: tuple[int, int] = (7, 10)
+    """T_z: forced always-accept steps that produce the initial states (T_maj > T_min; Figure 1: (7, 10))."""
     interest: float = 0.17318629
     """I: interest earned on a repaid loan, in units of the principal."""
     principal: float = 1.0
@@ -73,8 +76,8 @@ class LoanMDPParams:
     """lambda: weight of the risk-aversion term in the bank's reward (see risk_term)."""
     reject_penalty: float = 0.1
     """tau: increase of beta after a denied loan (the detrimental effect of denial)."""
-    gamma: float = 0.5
-    """Discount factor of the bank reward and of the fairness statistics."""
+    gamma: float = 0.8
+    """Discount factor of the bank reward and of the fairness statistics (Figure 1: 0.8)."""
     horizon: int = 50
     """Number of decision epochs per applicant; the applicant is absorbed afterwards."""
     qualified_threshold: float = 0.82
