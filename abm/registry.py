@@ -306,6 +306,9 @@ POLICIES: dict[str, str] = {
     "elbert_po": "policies.deep.elbert_po:ELBERTLender",
     "bisim_ppo": "policies.deep.bisimulator:BisimPPOLender",
     "bisim_dqn": "policies.deep.bisimulator:BisimDQNLender",
+    # ml-fairness-gym's attention baselines for the attention_allocation family (policies/allocation.py)
+    "uniform_allocation": "policies.allocation:UniformAllocation",
+    "greedy_allocation": "policies.allocation:GreedyAllocation",
     # seed 001 planners on the beta_belief family's exact MDP (policies/fair_mdp/policies.py)
     "fair_lp": "policies.fair_mdp.policies:FairLP",
     "fair_cce": "policies.fair_mdp.policies:FairCCE",
@@ -314,6 +317,9 @@ POLICIES: dict[str, str] = {
     "race_blind": "policies.fair_mdp.policies:RaceBlind",
     "unconstrained": "policies.fair_mdp.policies:Unconstrained",
     "explore_then_commit": "policies.fair_mdp.policies:ExploreThenCommit",
+    # the infectious_disease family's dose-allocation baselines (ml-fairness-gym, A-PPO)
+    "most_connected": "policies.infection:MostConnected",
+    "uniform_treatment": "policies.infection:UniformTreatment",
 }
 _PLUGIN_POLICIES: dict[str, type] = {}  # plugin policy name -> its class (resolved or registered)
 # every refused policy name begins so, whatever the reason (then ": why")

@@ -23,6 +23,7 @@ Capability names (the vocabulary of ``requires`` / ``capabilities``):
   ``score_curve``     a known P(good | score, group) and the score distribution (``ScoreCurveContext``)
   ``decision_env``    one decision per step with an immediate reward (the gym adapter; deep lenders)
   ``loan_mdp``        seed 001's enumerated Beta-belief MDP (``LoanMDPContext``)
+  ``attention_budget`` units of attention to place over sites each step (``AllocationContext``)
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ CAPABILITIES = {
     "score_curve": "a known score curve (credit_score, fico, admissions)",
     "decision_env": "one decision per step with its reward (the gym adapter: credit_score, fico, admissions, eutopia)",
     "loan_mdp": "seed 001's loan MDP (beta_belief)",
+    "attention_budget": "an attention budget per step over sites (attention_allocation)",
 }
 
 
@@ -74,7 +76,9 @@ class World(Protocol):
 
     def amount(self, idx): ...
 
-    def wealth_of(self, idx): ...
+    def wealth_of(self, idx):
+        """The state of applicants ``idx`` (the family's ``Scenario.state``: wealth, score ...), logged
+        as each event's ``<state>_after``."""
 
     def episode_metrics(self, episode: int) -> dict[str, Any]:
         """One row of ``episodes.parquet``."""
