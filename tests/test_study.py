@@ -132,6 +132,22 @@ def test_groups_merge_over_the_study_and_share_identical_runs():
     assert all(r.scenario["arrivals"]["excitation"] == 0.3 for r in shared)
 
 
+def test_a_group_may_bring_its_own_base_scenario_another_family():
+    doc = tiny_doc(overrides={}, grid={}, groups={
+        "eutopia": {"overrides": {"population.n_male": 200, "population.n_female": 200}},
+        "credit": {"base": str(SCENARIOS / "lending-credit.yaml"), "overrides": {"population.size": 100},
+                   "policies": [{"name": "approve_all"}, {"name": "max_util"}]},
+    })
+    study = study_from_dict(doc, "g")
+    family = {r.columns["policy"] + "/" + r.groups[0]: r.scenario["family"] for r in study.runs}
+    assert family == {"approve_all/eutopia": "eutopia", "random(p=0.5)/eutopia": "eutopia",
+                      "approve_all/credit": "credit_score", "max_util/credit": "credit_score"}
+    assert study.document["groups"]["credit"]["base"]["family"] == "credit_score"  # inlined in the manifest
+    assert "base" not in study.document["groups"]["eutopia"]
+    with pytest.raises(UserError, match=r"^g: groups\.credit\.base: .*missing\.yaml"):
+        study_from_dict(tiny_doc(overrides={}, grid={}, groups={"credit": {"base": "missing.yaml"}}), "g")
+
+
 @pytest.mark.parametrize("change, field", [
     ({"study__seeds": 0}, "study.seeds"),
     ({"study__colour": "red"}, "study.colour"),

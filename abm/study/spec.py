@@ -252,7 +252,12 @@ class StudyHeader(Section):
 
 
 class StudyGroup(Block):
-    """A named group of runs: its own grid/policies/objectives over the study's base."""
+    """A named group of runs: its own grid/policies/objectives over the study's base, or over a
+    base of its own (another scenario file, e.g. another family: one study across environments)."""
+
+    base: str | dict[str, Any] | None = Field(None, description=(
+        "This group's base scenario in place of the study's: a path relative to the study file, or an "
+        "inline mapping; the study's overrides still apply. Default: the study's base."))
 
 
 class StudyFile(Block):
@@ -402,16 +407,22 @@ def _set_path(data: dict[str, Any], path: str, value: Any, what: str) -> None:
     node[parts[-1]] = copy.deepcopy(value)
 
 
-def _read_base(doc: StudyFile, source: Path) -> dict[str, Any]:
-    if isinstance(doc.base, dict):
-        return copy.deepcopy(doc.base)
-    path = Path(doc.base)
+def _read_base(base: str | dict[str, Any], source: Path, field: str = "base") -> dict[str, Any]:
+    if isinstance(base, dict):
+        return copy.deepcopy(base)
+    path = Path(base)
     if not path.is_absolute():
         path = source.parent / path
     try:
         return read_yaml(path)
     except UserError as exc:
-        raise UserError(f"{source}: base: {exc}") from None
+        raise UserError(f"{source}: {field}: {exc}") from None
+
+
+def _group_bases(doc: StudyFile, source: Path) -> dict[str, dict[str, Any]]:
+    """The base scenario of each group that names its own (read once)."""
+    return {name: _read_base(group.base, source, f"groups.{name}.base")
+            for name, group in doc.groups.items() if group.base is not None}
 
 
 def _blocks(doc: StudyFile) -> list[tuple[str, dict[str, Any], dict[str, list[Any]], list[dict], list[str | None]]]:
@@ -427,19 +438,22 @@ def _blocks(doc: StudyFile) -> list[tuple[str, dict[str, Any], dict[str, list[An
     return out
 
 
-def expand(doc: StudyFile, base: dict[str, Any], source: str) -> list[RunSpec]:
-    """Every run of a validated study file, each checked as a scenario; duplicates merged."""
+def expand(doc: StudyFile, base: dict[str, Any], source: str,
+           group_bases: dict[str, dict[str, Any]] | None = None) -> list[RunSpec]:
+    """Every run of a validated study file, each checked as a scenario; duplicates merged.
+    ``group_bases``: the groups that replace the study's base with their own."""
     by_id: dict[str, RunSpec] = {}
     replicates = doc.study.replicates
     _check_size(doc, source)
     for group, overrides, grid, policies, objectives in _blocks(doc):
+        block_base = (group_bases or {}).get(group, base)
         keys = list(grid)
         seen: dict[str, tuple[dict[str, Any], Any, Any]] = {}  # config id -> the block's point that gave it
         for values in itertools.product(*(grid[k] for k in keys)):
             point = dict(zip(keys, values))
             for entry, shown in [split_label(e) for e in policies or []] or [(None, None)]:
                 for objective in objectives:
-                    data = copy.deepcopy(base)
+                    data = copy.deepcopy(block_base)
                     label = ", ".join([f"group {group}"] * bool(doc.groups) + [f"{k}={v!r}" for k, v in point.items()]
                                       + ([f"policy {policy_label(entry)}"] if entry else [])
                                       + ([f"objective {objective}"] if objective else []))
@@ -567,11 +581,17 @@ def study_from_dict(raw: dict[str, Any], source: Path | str = "study") -> Study:
         _check_labels(doc)
     except UserError as exc:
         raise UserError(f"{source}: {exc}") from None
-    base = _read_base(doc, source)
-    runs = expand(doc, base, str(source))
+    base = _read_base(doc.base, source)
+    group_bases = _group_bases(doc, source)
+    runs = expand(doc, base, str(source), group_bases)
     keys = list(dict.fromkeys(k for _, _, grid, _, _ in _blocks(doc) for k in grid))
     document = json.loads(doc.model_dump_json())
     document["base"] = base
+    for name, group in document["groups"].items():  # the manifest inlines every base it read
+        if name in group_bases:
+            group["base"] = group_bases[name]
+        else:
+            del group["base"]
     return Study(doc.study.name, doc.study.seed, str(source), document, keys, runs,
                  base_policy_notices(doc, base, str(source)))
 
