@@ -352,7 +352,7 @@ def summary(mine: list[dict]) -> str:
                 if hi < 0.001 or f"{lo:.3f}" == f"{hi:.3f}":
                     parts.append(f"{name} {pv(hi)}")
                 else:
-                    parts.append(f"{name} p {'< 0.001' if lo < 0.001 else f'{lo:.3f}'} to {hi:.3f}")
+                    parts.append(f"{name} p {'< 0.001' if lo < 0.001 else f'= {lo:.3f}'} to {hi:.3f}")
         out.append(f"{len(these)} {verdict} ({', '.join(parts)})")
     return "; ".join(out)
 
