@@ -270,6 +270,22 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def summary(rows) -> str:
+    """The z-scores pooled per quantity: each simulation against its own rule, independent across
+    rows and implementations, so their squares sum to a chi-square with one degree per z."""
+    from scipy import stats
+
+    lines = []
+    for q in ("repayment", "score_change"):
+        z = np.array([r[f"{q}_{who}_z"] for r in rows for who in ("ours", "theirs")])
+        chi = float((z ** 2).sum())
+        lines.append(f"{q}: {len(z)} z-scores, max |z| {np.abs(z).max():.2f} (two-sided p {2 * stats.norm.sf(np.abs(z).max()):.3f}), "
+                     f"chi-square({len(z)}) {chi:.1f}, p {stats.chi2.sf(chi, len(z)):.2f}")
+    same = sum(r["same_decisions"] for r in rows)
+    lines.append(f"identical decisions for every applicant in {same} of {len(rows)} rows")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=40_000, help="population of our run (default 40000)")
@@ -286,6 +302,8 @@ def main(argv=None) -> int:
         return 2
     rows = side_by_side(list(itertools.product(args.thresholds, repeat=2)), args.size, args.seed)
     print(table(rows))
+    print()
+    print(summary(rows))
     return 0
 
 
