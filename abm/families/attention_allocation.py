@@ -38,6 +38,7 @@ from abm.errors import InvariantError
 from abm.families import steps
 from abm.world import PolicyContext
 
+COUNTS = ("occurred", "discovered", "units", "offers", "reward")  # per site, per episode and run
 OBS_FIELDS = ("last_occurred", "last_discovered", "placed_here", "units_left", "discovery_ratio", "group")
 # pocar config.py: N_LOCATIONS 5, INCIDENT_RATES [8, 6, 4, 3, 1.5], DYNAMIC_RATE 0.1, N_ATTENTION_UNITS 6
 POCAR_RATES = (8.0, 6.0, 4.0, 3.0, 1.5)
@@ -82,6 +83,7 @@ class AttentionRewards(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"decision_env", "attention_budget"})
+    state: ClassVar[str] = "rate"  # a site's incident rate: events' rate_after, agents' initial_/final_rate
     units: ClassVar[dict[str, str]] = {"wealth": "incident rate (per step)", "wealth_unit": "incidents per step",
                                        "money": "reward units", "score": "incident rate (per step)"}
     live_parameters: ClassVar[tuple] = (
@@ -155,9 +157,12 @@ def discovery_table(occurred: int, miss: float, units: int, replacement: bool, r
     """D(a) for a = 0..units: incidents ``a`` units discover among ``occurred`` this step, by
     ml-fairness-gym's ``_update_state``, all ``a`` read off one set of uniforms (so D is
     non-decreasing, and without replacement rises by 0 or 1 per unit)."""
-    a = np.arange(units + 1)
     if miss == 0.0:  # every incident within reach is found: no draw
-        return (np.minimum(a, occurred) if not replacement else np.where(a > 0, occurred, 0)).tolist()
+        if replacement:
+            return [0] + [occurred] * units
+        return list(range(occurred + 1)) + [occurred] * (units - occurred) if occurred < units else \
+            list(range(units + 1))
+    a = np.arange(units + 1)
     u = rng.random(occurred)
     if replacement:  # each incident found independently with probability 1 - miss^a
         return (u[None, :] < 1.0 - miss ** a[:, None]).sum(axis=1).tolist()
@@ -189,9 +194,10 @@ class World(steps.LastDecisions):
         self.cols: dict[str, np.ndarray] = {"group": np.arange(n, dtype=np.int16), "rate": initial.copy(),
                                             "initial_rate": initial}
         self.incident_rng, self.dynamics_rng = model.rngs["outcomes"], model.rngs["extra"]
-        keys = ("occurred", "discovered", "units", "offers", "reward")
-        self.cum = {k: np.zeros(n) for k in keys}
-        self.ep = {k: np.zeros(n) for k in keys}
+        # per site: the episode's counts in Python lists (read and written per decision), added to
+        # the run's numpy totals when the episode ends
+        self.cum = {k: np.zeros(n) for k in COUNTS}
+        self.ep = {k: [0] * n if k != "reward" else [0.0] * n for k in COUNTS}
         self.ep_idle = 0
         self.profit_total = 0.0
         self.approval_reward_total = 0.0
@@ -242,17 +248,16 @@ class World(steps.LastDecisions):
     def _resolve_step(self) -> None:
         """Count the step's discoveries, pay the missed-incident penalty, move the rates."""
         rate, alpha, theta = self.cols["rate"], self.sc.dynamics.alpha, self.sc.dynamics.theta
+        ep, zeta1 = self.ep, self.zeta1
         discovered = [t[a] for t, a in zip(self.table, self.placed)]
-        missed = [c - d for c, d in zip(self.occurred, discovered)]
-        penalty = [-self.zeta1 * c for c in self.occurred]
-        for store in (self.cum, self.ep):
-            store["occurred"] += self.occurred
-            store["discovered"] += discovered
-            store["units"] += self.placed
-            store["reward"] += penalty
+        for s, (c, d, a) in enumerate(zip(self.occurred, discovered, self.placed)):
+            ep["occurred"][s] += c
+            ep["discovered"][s] += d
+            ep["units"][s] += a
+            ep["reward"][s] -= zeta1 * c
+            self.profit_total -= zeta1 * c
+            self.cumulative_missed += c - d
         self.ep_idle += self.left
-        self.cumulative_missed += sum(missed)
-        self.profit_total += sum(penalty)
         self.model.bank.profit = self.profit_total
         for s, a in enumerate(self.placed):  # ELBERT harder_env's _general_update_state
             r = rate.item(s)
@@ -277,12 +282,14 @@ class World(steps.LastDecisions):
 
     # -- observations ---------------------------------------------------------------------------
     def observe(self, idx: np.ndarray) -> np.ndarray:
-        return np.array([self._row(s) for s in np.asarray(idx).tolist()], dtype=float).reshape(len(idx), -1)
+        if len(idx) == 1:  # one offer per review
+            return np.array([self._row(idx.item(0))])
+        return np.array([self._row(s) for s in idx.tolist()], dtype=float).reshape(len(idx), len(OBS_FIELDS))
 
     def _row(self, s: int) -> list[float]:
-        occ, disc = self.ep["occurred"].item(s), self.ep["discovered"].item(s)
+        ratio = self.ep["discovered"][s] / (self.ep["occurred"][s] + 1.0)
         return [float(self.last_occurred[s]), float(self.last_discovered[s]), float(self.placed[s]),
-                float(self.left), disc / (occ + 1.0), float(s)]
+                float(self.left), ratio, float(s)]
 
     @property
     def obs_bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -325,28 +332,34 @@ class World(steps.LastDecisions):
 
     # -- decisions ------------------------------------------------------------------------------
     def apply_decisions(self, idx, approved, probs, obs) -> None:
-        rewards = []
-        for s, yes in zip(np.asarray(idx).tolist(), np.asarray(approved, bool).tolist()):
-            self.ep["offers"][s] += 1
-            self.cum["offers"][s] += 1
-            reward = 0.0
-            if yes:
-                if self.left <= 0:
-                    raise InvariantError("invariant 'no unit placed beyond the step's budget' broken")
-                reward = (self.zeta0 + self.zeta1) * self.gain(s)
-                self.placed[s] += 1
-                self.left -= 1
-                self.ep["reward"][s] += reward
-                self.cum["reward"][s] += reward
-                self.profit_total += reward
-                self.approval_reward_total += reward
-            rewards.append(reward)
+        if len(idx) == 1:  # one offer per review: Python scalars
+            s = idx.item(0)
+            self._last = (s, self._place(s) if approved.item(0) else self._decline(s))
+            return
+        rewards = [self._place(s) if yes else self._decline(s) for s, yes in zip(idx.tolist(), approved.tolist())]
+        self._last = (np.asarray(idx), np.array(rewards, dtype=float))
+
+    def _decline(self, s: int) -> float:
+        self.ep["offers"][s] += 1
+        return 0.0
+
+    def _place(self, s: int) -> float:
+        """One more unit at site ``s``: it is paid (seen + missed weight) x its discoveries."""
+        if self.left <= 0:
+            raise InvariantError("invariant 'no unit placed beyond the step's budget' broken")
+        reward = (self.zeta0 + self.zeta1) * self.gain(s)
+        self.ep["offers"][s] += 1
+        self.placed[s] += 1
+        self.left -= 1
+        self.ep["reward"][s] += reward
+        self.profit_total += reward
+        self.approval_reward_total += reward
         self.model.bank.profit = self.profit_total
-        self._last = (np.asarray(idx), np.array(rewards))
+        return reward
 
     # -- episodes -------------------------------------------------------------------------------
     def episode_metrics(self, episode: int) -> dict[str, Any]:
-        ep = self.ep
+        ep = {k: np.array(v, dtype=float) for k, v in self.ep.items()}
         rate = np.divide(ep["discovered"], ep["occurred"], out=np.full(self.n_groups, np.nan),
                          where=ep["occurred"] > 0)
         ret = float(ep["reward"].sum())
@@ -372,15 +385,16 @@ class World(steps.LastDecisions):
 
     def episode_stats(self) -> dict[str, Any]:
         rate = self.cols["rate"]
+        ep = {k: np.array(v, dtype=float) for k, v in self.ep.items()}
         return {"groups": tuple(self.group_names), "sizes": np.ones(self.n_groups),
                 "mean_wealth": rate.copy(), "mean_wealth_change": rate - self._start_rate,
-                "profit": self.ep["reward"].copy(), "applications": self.ep["offers"].copy(),
-                "approvals": self.ep["units"].copy(), "occurred": self.ep["occurred"].copy(),
-                "discovered": self.ep["discovered"].copy(), "episode": self.model.episode}
+                "profit": ep["reward"], "applications": ep["offers"], "approvals": ep["units"],
+                "occurred": ep["occurred"], "discovered": ep["discovered"], "episode": self.model.episode}
 
     def end_episode(self, episode: int) -> None:
-        for v in self.ep.values():
-            v[:] = 0
+        for k, v in self.ep.items():
+            self.cum[k] += v
+            v[:] = [0.0 if k == "reward" else 0] * self.n_groups
         self.ep_idle = 0
         self._start_rate = self.cols["rate"].copy()
 
@@ -417,7 +431,6 @@ class World(steps.LastDecisions):
         return pd.DataFrame({
             "agent_id": np.arange(self.n_groups, dtype=np.int64),
             "group": pd.Categorical.from_codes(self.cols["group"], categories=self.group_names),
-            "initial_wealth": self.cols["initial_rate"], "final_wealth": self.cols["rate"].copy(),
             "initial_rate": self.cols["initial_rate"], "final_rate": self.cols["rate"].copy(),
             "occurred": c["occurred"].astype(np.int64), "discovered": c["discovered"].astype(np.int64),
             "units": c["units"].astype(np.int64), "offers": c["offers"].astype(np.int64),
