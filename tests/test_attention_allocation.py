@@ -31,7 +31,7 @@ def scenario(*sets, policy="approve_all", horizon=50, count=1, sites=None, **top
     data = {"family": "attention_allocation", "policy": {"name": policy},
             "episodes": {"count": count, "horizon": float(horizon)}, **top}
     if sites is not None:
-        data["sites"] = sites
+        data["population"] = {"sites": sites}
     return validate_scenario_dict(data)
 
 
@@ -198,12 +198,12 @@ def test_greedy_allocation_follows_its_estimates():
 
 # -- bad inputs: one line each, naming the field -------------------------------------------------------
 @pytest.mark.parametrize("data, match", [
-    ({"sites": [site("A", -1.0)]}, r"sites\[0\]\.incident_rate"),
-    ({"sites": []}, r"sites: List should have at least 1 item"),
-    ({"sites": [site("A", 1.0), site("A", 2.0)]}, "names must be unique"),
-    ({"sites": [site("A", 1.0, miss=1.5)]}, r"sites\[0\]\.miss_prob"),
-    ({"sites": [site("A", 1.0, inc=-0.1)]}, r"sites\[0\]\.rate_increase"),
-    ({"sites": [site("A", 1.0, dec=-0.1)]}, r"sites\[0\]\.rate_decrease"),
+    ({"population": {"sites": [site("A", -1.0)]}}, r"population\.sites\[0\]\.incident_rate"),
+    ({"population": {"sites": []}}, r"population\.sites: List should have at least 1 item"),
+    ({"population": {"sites": [site("A", 1.0), site("A", 2.0)]}}, "population: site names must be unique"),
+    ({"population": {"sites": [site("A", 1.0, miss=1.5)]}}, r"population\.sites\[0\]\.miss_prob"),
+    ({"population": {"sites": [site("A", 1.0, inc=-0.1)]}}, r"population\.sites\[0\]\.rate_increase"),
+    ({"population": {"sites": [site("A", 1.0, dec=-0.1)]}}, r"population\.sites\[0\]\.rate_decrease"),
     ({"attention": {"units": 0}}, r"attention\.units"),
     ({"attention": {"units": -3}}, r"attention\.units"),
     ({"dynamics": {"alpha": -1.0}}, r"dynamics\.alpha"),

@@ -62,6 +62,18 @@ def _default_sites() -> list[Site]:
     return [Site(name=f"S{k + 1}", incident_rate=r) for k, r in enumerate(POCAR_RATES)]
 
 
+class AttentionPopulation(Section):
+    sites: list[Site] = Field(default_factory=_default_sites, min_length=1, max_length=1000,
+                              description="The sites (groups): name, initial rate, miss chance, rate dynamics.")
+
+    @model_validator(mode="after")
+    def _names(self) -> "AttentionPopulation":
+        names = [s.name for s in self.sites]
+        if len(set(names)) != len(names):
+            raise ValueError(f"site names must be unique, got {names}")
+        return self
+
+
 class Attention(Section):
     units: int = Field(6, ge=1, le=10_000, description="Attention units per step (pocar: 6; ELBERT harder: 30).")
     replacement: bool = Field(False, description=(
@@ -115,24 +127,20 @@ class Scenario(steps.StepScenario):
         "profit_{g}": ("{money}", "The reward from site g in the episode."),
     }
     family: Literal["attention_allocation"] = "attention_allocation"
-    sites: list[Site] = Field(default_factory=_default_sites, min_length=1, max_length=1000,
-                              description="The sites (groups): name, initial rate, miss chance, rate dynamics.")
+    population: AttentionPopulation = Field(default_factory=AttentionPopulation)
     attention: Attention = Field(default_factory=Attention)
     dynamics: AttentionDynamics = Field(default_factory=AttentionDynamics)
     rewards: AttentionRewards = Field(default_factory=AttentionRewards)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
-        names = [s.name for s in self.sites]
-        if len(set(names)) != len(names):
-            raise ValueError(f"sites: names must be unique, got {names}")
         ep = self.episodes
         if ep.review != "immediate":
             raise ValueError("episodes.review must be 'immediate' for attention_allocation (each unit is placed "
                              "before the next is offered)")
         if ep.horizon != int(ep.horizon):
             raise ValueError(f"episodes.horizon must be a whole number of steps, got {ep.horizon:g}")
-        offers = int(ep.horizon) * len(self.sites) * self.attention.units
+        offers = int(ep.horizon) * len(self.population.sites) * self.attention.units
         if offers > ep.max_applications:
             raise ValueError(f"attention.units: up to {offers:,} offers per episode (horizon x sites x units) "
                              f"exceed episodes.max_applications = {ep.max_applications:,}; lower one of them")
@@ -181,16 +189,16 @@ class World(steps.LastDecisions):
     def __init__(self, model):
         self.model, self.env = model, model.env
         sc = self.sc = model.scenario
-        n = self.n_groups = len(sc.sites)
-        self.group_names = [s.name for s in sc.sites]
+        n = self.n_groups = len(sc.population.sites)
+        self.group_names = [s.name for s in sc.population.sites]
         self.group_slices = [(g, g + 1) for g in range(n)]
         self.units = sc.attention.units
         self.replacement = sc.attention.replacement
-        self.miss = [s.miss_prob for s in sc.sites]
-        self.increase = [s.rate_increase for s in sc.sites]
-        self.decrease = [s.rate_decrease for s in sc.sites]
+        self.miss = [s.miss_prob for s in sc.population.sites]
+        self.increase = [s.rate_increase for s in sc.population.sites]
+        self.decrease = [s.rate_decrease for s in sc.population.sites]
         self.zeta0, self.zeta1 = sc.rewards.seen_weight, sc.rewards.missed_weight
-        initial = np.array([s.incident_rate for s in sc.sites], dtype=float)
+        initial = np.array([s.incident_rate for s in sc.population.sites], dtype=float)
         self.cols: dict[str, np.ndarray] = {"group": np.arange(n, dtype=np.int16), "rate": initial.copy(),
                                             "initial_rate": initial}
         self.incident_rng, self.dynamics_rng = model.rngs["outcomes"], model.rngs["extra"]
@@ -447,9 +455,9 @@ class World(steps.LastDecisions):
 
 def population_table(scenario, rng: np.random.Generator) -> pd.DataFrame:
     """The sites (``abm population``), one row each."""
-    return pd.DataFrame({"agent_id": np.arange(len(scenario.sites), dtype=np.int64),
-                         "group": [s.name for s in scenario.sites],
-                         "incident_rate": [s.incident_rate for s in scenario.sites],
-                         "miss_prob": [s.miss_prob for s in scenario.sites],
-                         "rate_increase": [s.rate_increase for s in scenario.sites],
-                         "rate_decrease": [s.rate_decrease for s in scenario.sites]})
+    return pd.DataFrame({"agent_id": np.arange(len(scenario.population.sites), dtype=np.int64),
+                         "group": [s.name for s in scenario.population.sites],
+                         "incident_rate": [s.incident_rate for s in scenario.population.sites],
+                         "miss_prob": [s.miss_prob for s in scenario.population.sites],
+                         "rate_increase": [s.rate_increase for s in scenario.population.sites],
+                         "rate_decrease": [s.rate_decrease for s in scenario.population.sites]})
