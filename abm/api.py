@@ -221,6 +221,12 @@ class Run:
         return self._events
 
     @property
+    def state(self) -> str:
+        """The applicants' state the frames name (the family's ``Scenario.state``): ``events``'
+        ``<state>_after``, ``agents``' ``initial_<state>``/``final_<state>``, ``agent_vars``' ``<state>``."""
+        return self._folder_run.state if self._folder_run is not None else self.scenario.state
+
+    @property
     def group_names(self) -> list[str]:
         if self._group_names is None:
             groups = self.agents["group"]
@@ -262,9 +268,10 @@ class Run:
     def agent_vars(self) -> pd.DataFrame:
         """Agent variables per step, as ``DataCollector.get_agent_vars_dataframe()``: indexed by
         (Step, AgentID), one row per applicant who has applied by the end of that episode (the
-        applicants the engine's Mesa model holds as agents), with its group, its wealth at the
-        episode's end and the cumulative counts of its events (applications, approvals,
-        rejections, repayments, defaults, and a family's own kinds as ``<kind>_events``)."""
+        applicants the engine's Mesa model holds as agents), with its group, its state at the
+        episode's end (the column ``Run.state`` names: ``wealth``, ``score``...) and the cumulative
+        counts of its events (applications, approvals, rejections, repayments, defaults, and a
+        family's own kinds as ``<kind>_events``)."""
         events = self.events
         if events is None:
             raise UserError("agent_vars: this run did not keep an event log (outputs.events: false)")
@@ -277,11 +284,11 @@ class Run:
         kinds = events["kind"].astype(str).to_numpy()
         first = np.full(len(ids), steps, dtype=np.int64)
         np.minimum.at(first, col, step)
-        wealth = np.full((steps, len(ids)), np.nan)
-        wealth[step, col] = events["wealth_after"].to_numpy(dtype=float)  # later events overwrite: the last one
-        wealth = pd.DataFrame(wealth).ffill().to_numpy()
+        state = np.full((steps, len(ids)), np.nan)
+        state[step, col] = events[f"{self.state}_after"].to_numpy(dtype=float)  # later events overwrite: the last one
+        state = pd.DataFrame(state).ffill().to_numpy()
         rows, cols = np.nonzero(np.arange(steps)[:, None] >= first[None, :])
-        data: dict[str, Any] = {"group": self.agents["group"].to_numpy()[ids[cols]], "wealth": wealth[rows, cols]}
+        data: dict[str, Any] = {"group": self.agents["group"].to_numpy()[ids[cols]], self.state: state[rows, cols]}
         for kind in dict.fromkeys([*_KIND_COLUMNS, *pd.unique(kinds)]):
             mask = kinds == kind
             if kind not in _KIND_COLUMNS and not mask.any():

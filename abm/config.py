@@ -109,7 +109,10 @@ class ScenarioBase(Section):
 
     capabilities     what it provides to policies (``abm.world.CAPABILITIES``); a policy whose
                      ``requires`` is not covered is refused when the scenario is validated
-    units            what its "wealth" seam is and the unit of its money (the report's axes)
+    state            the name of the per-applicant state its run files carry (the engine's one seam:
+                     events' ``<state>_after``, agents' ``initial_<state>``/``final_<state>``):
+                     ``wealth`` (Eutopia), ``score`` (the credit families), ``budget``, ``belief``
+    units            what that state is and the unit of its money (the report's axes)
     event_kinds      its own event kinds beyond the core's, registered when the class is defined
                      (before its world asks ``abm.eventlog.kind_code`` for their codes)
     live_parameters  the live view's sidebar: (dotted scenario path, label, min, max, step)
@@ -129,6 +132,7 @@ class ScenarioBase(Section):
     live_parameters: ClassVar[tuple[tuple[str, str, float, float, float], ...]] = ()
     live_plots: ClassVar[tuple[str, ...]] = ("mean_wealth", "wealth_gap", "cumulative_profit", "reach")
     metric_definitions: ClassVar[dict[str, tuple[str, str]]] = {}
+    state: ClassVar[str] = "wealth"
     observation_definitions: ClassVar[dict[str, str]] = {}
 
     name: str = Field("scenario", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
@@ -150,6 +154,9 @@ class ScenarioBase(Section):
                 registry.register_event_kinds(name, cls.event_kinds)
 
     @field_validator("objective")
+        if not (isinstance(cls.state, str) and cls.state.isidentifier() and cls.state == cls.state.lower()):
+            raise UserError(f"{cls.__module__}.{cls.__name__}.state: {cls.state!r} is not a lower-case identifier "
+                            "(it names the run files' columns: <state>_after, initial_<state>)")
     @classmethod
     def _objective_form(cls, value: str | None) -> str | None:
         if value is None:

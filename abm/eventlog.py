@@ -9,6 +9,9 @@ and the two loan outcomes). A family with events of its own declares them
 ``kind_code(name)`` for their int8 codes; the ``kind`` column of every log is a categorical over
 the whole vocabulary (core kinds, then every registered family's in the order they were
 registered), so logs of different families share one coding.
+
+The applicant's state after each event is the column ``<state>_after``, named by the family
+(``Scenario.state``: ``wealth_after`` in Eutopia, ``score_after`` in the credit families).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ def kind_code(name: str) -> np.int8:
     except ValueError:
         raise KeyError(f"event kind {name!r} is not registered (a family's Scenario.event_kinds)") from None
 
+#: the columns of a log (``STATE_AFTER`` is written ``<state>_after``) and their types
+STATE_AFTER = "state_after"
 COLUMNS = {
     "time": np.float64,
     "episode": np.int32,
@@ -51,7 +56,7 @@ COLUMNS = {
     "group": np.int16,
     "kind": np.int8,
     "amount": np.float64,
-    "wealth_after": np.float64,
+    STATE_AFTER: np.float64,
     "decision_prob": np.float64,
 }
 
@@ -64,20 +69,22 @@ class EventLog:
     ``columns()``, so a decision batch costs one list append whatever its size.
     """
 
-    def __init__(self, enabled: bool = True, group_names: list[str] | None = None):
+    def __init__(self, enabled: bool = True, group_names: list[str] | None = None, state: str = "wealth"):
         self.enabled = enabled
         self.group_names = group_names or []
-        self._batches: list[tuple] = []  # (n, time, episode, agent_id, group, kind, amount, wealth, prob)
+        self.state_column = f"{state}_after"
+        self.names = [self.state_column if c == STATE_AFTER else c for c in COLUMNS]  # the columns' names
+        self._batches: list[tuple] = []  # (n, time, episode, agent_id, group, kind, amount, state, prob)
         self._scalars: list[tuple] = []  # single events not yet folded into a batch
         self._done: dict[str, np.ndarray] | None = None  # columns built so far
         self.count = 0
 
     def add(self, time: float, episode: int, agent_id: int, group: int, kind: EventKind,
-            amount: float = np.nan, wealth_after: float = np.nan, decision_prob: float = np.nan) -> None:
+            amount: float = np.nan, state_after: float = np.nan, decision_prob: float = np.nan) -> None:
         """One event (used for single arrivals)."""
         self.count += 1
         if self.enabled:
-            self._scalars.append((time, episode, agent_id, group, int(kind), amount, wealth_after, decision_prob))
+            self._scalars.append((time, episode, agent_id, group, int(kind), amount, state_after, decision_prob))
 
     def skip(self, n: int) -> None:
         """Count ``n`` events without recording them: for callers that check ``enabled`` first
@@ -85,7 +92,7 @@ class EventLog:
         self.count += n
 
     def extend(self, time: float, episode: int, agent_id: np.ndarray, group: np.ndarray, kind,
-               amount=np.nan, wealth_after=np.nan, decision_prob=np.nan) -> None:
+               amount=np.nan, state_after=np.nan, decision_prob=np.nan) -> None:
         """A batch of events sharing a time and episode; ``kind`` may be scalar or per event."""
         n = len(agent_id)
         if n == 0:
@@ -95,7 +102,7 @@ class EventLog:
             return
         if self._scalars:
             self._flush_scalars()
-        self._batches.append((n, time, episode, agent_id, group, kind, amount, wealth_after, decision_prob))
+        self._batches.append((n, time, episode, agent_id, group, kind, amount, state_after, decision_prob))
 
     def _flush_scalars(self) -> None:
         rows = self._scalars
@@ -109,7 +116,7 @@ class EventLog:
             self._flush_scalars()
         batches, self._batches = self._batches, []
         out = {}
-        for k, (col, dtype) in enumerate(COLUMNS.items(), start=1):
+        for k, (col, dtype) in enumerate(zip(self.names, COLUMNS.values()), start=1):
             parts = [] if self._done is None else [self._done[col]]
             values = [b[k] for b in batches]
             if values and not any(isinstance(v, np.ndarray) for v in values):

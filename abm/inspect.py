@@ -6,6 +6,9 @@ every problem with one is a one-line ``UserError`` naming the file (exit 2), nev
 ``episodes.parquet`` has rows and a numeric ``time``, ``agents.parquet`` has rows, a ``group``
 column and integer ``agent_id`` 0..n-1 in row order; ``Run.events`` checks the event log's
 columns and types before filtering it. A study folder is recognised and its runs are listed.
+Each family names the applicants' state its files carry (``Scenario.state``: events'
+``<state>_after``, agents' ``initial_<state>``/``final_<state>``; ``Run.state``); a folder written
+before the credit, admissions and belief families named theirs (as ``wealth``) reads the same.
 
 Exports (``abm inspect ... --json PATH`` / ``--csv PATH``, ``-``: stdout) carry what the
 printed tables show: a run's overview (JSON: one object with the keys ``kind``, ``folder``,
@@ -32,9 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from abm.errors import UserError, owned_output, read_user_file
+from abm.runner import current_state_columns, family_state, legacy_state_names
 
 EVENT_COLUMNS = ("time", "episode", "agent_id", "kind")  # what a timeline needs; amount etc. are optional
-NUMERIC_EVENT_COLUMNS = ("time", "amount", "wealth_after", "decision_prob")
+NUMERIC_EVENT_COLUMNS = ("time", "amount", "decision_prob")  # and the state's <state>_after
 # a run's headline numbers (final episode) where its family records them: the study listing's columns
 HEADLINE = ("wealth_gap", "inequality_ratio", "cumulative_profit", "cumulative_return", "credit_gap", "recall_gap",
             "exact_reward", "exact_dp_gap", "exact_eo_gap")
@@ -87,6 +91,11 @@ class Run:
     summary: dict
     episodes: pd.DataFrame
     agents: pd.DataFrame
+    state: str = "wealth"  # the family's Scenario.state: events' <state>_after, agents' initial_<state>
+
+    @property
+    def state_after(self) -> str:
+        return f"{self.state}_after"
 
     def events(self, agent_id: int | None = None, group: str | None = None,
                agent_ids: list[int] | None = None) -> pd.DataFrame:
@@ -101,7 +110,8 @@ class Run:
             raise UserError(f"{path}: no column {', '.join(missing)} (columns: {', '.join(schema.names) or 'none'})")
         if not _is_int(schema.field("agent_id").type):
             raise UserError(f"{path}: agent_id is {_type_name(schema.field('agent_id').type)}, expected integers")
-        for name in NUMERIC_EVENT_COLUMNS:
+        state_column = legacy_state_names(self.state, schema.names).get(self.state_after, self.state_after)
+        for name in (*NUMERIC_EVENT_COLUMNS, state_column):
             if name in schema.names and not _is_number(schema.field(name).type):
                 raise UserError(f"{path}: {name} is {_type_name(schema.field(name).type)}, expected numbers")
         filters = []
@@ -111,7 +121,7 @@ class Run:
             filters.append(("group", "=", str(group)))
         if agent_ids is not None:  # e.g. an applicant's neighbours (runs with a network)
             filters.append(("agent_id", "in", sorted({int(i) for i in agent_ids}) or [-1]))
-        return _read(path, filters=filters or None)
+        return current_state_columns(_read(path, filters=filters or None), self.state)
 
 
 def study_runs(folder: str | Path) -> list[tuple[str, bool]] | None:
@@ -163,7 +173,8 @@ def load_run(folder: str | Path) -> Run:
         raise UserError(f"{folder / 'episodes.parquet'}: no numeric 'time' column")
     agents = _read(folder / "agents.parquet")
     _check_agents(folder / "agents.parquet", agents)
-    return Run(folder, summary, episodes, agents)
+    state = family_state(summary.get("family"), folder)
+    return Run(folder, summary, episodes, current_state_columns(agents, state), state)
 
 
 def _check_agents(path: Path, agents: pd.DataFrame) -> None:
@@ -207,8 +218,9 @@ def agent_timeline(run: Run, agent_id: int, limit: int = 200, neighbours: bool =
     _check_agent(run, agent_id)
     row = run.agents.iloc[agent_id]
     ev = run.events(agent_id=agent_id)
-    title = (f"applicant {agent_id} (group {row['group']}): initial wealth {_money(row.get('initial_wealth'))}, "
-             f"final {_money(row.get('final_wealth'))}, {len(ev)} events")
+    state = run.state
+    title = (f"applicant {agent_id} (group {row['group']}): initial {state} {_money(row.get(f'initial_{state}'))}, "
+             f"final {_money(row.get(f'final_{state}'))}, {len(ev)} events")
     nb = neighbour_approvals(run, agent_id) if neighbours else None
     if nb is not None:
         title += (f"; degree {row.get('degree')}, community {row.get('community')}: "
@@ -216,14 +228,14 @@ def agent_timeline(run: Run, agent_id: int, limit: int = 200, neighbours: bool =
         ev = ev.assign(kind=ev["kind"].astype(str))
         if len(nb):
             nb = nb.assign(kind=[f"neighbour {int(j)} approved" for j in nb["agent_id"]], amount=np.nan,
-                           wealth_after=np.nan)
+                           **{run.state_after: np.nan})
             ev = pd.concat([ev, nb], ignore_index=True).sort_values("time", kind="mergesort")
     table = Table(title=title)
-    for col in ("time", "episode", "event", "amount", "wealth after", "decision prob"):
+    for col in ("time", "episode", "event", "amount", f"{state} after", "decision prob"):
         table.add_column(col, justify="right")
     for r in ev.head(limit).to_dict("records"):
         table.add_row(_num(r.get("time")), str(r.get("episode")), str(r.get("kind")), _num(r.get("amount")),
-                      _num(r.get("wealth_after")), _num(r.get("decision_prob")))
+                      _num(r.get(run.state_after)), _num(r.get("decision_prob")))
     if len(ev) > limit:
         table.caption = f"first {limit} of {len(ev)} {'rows' if nb is not None else 'events'} (use --limit)"
     return table

@@ -576,7 +576,10 @@ def metrics_page() -> str:
              "**Metrics** are the columns of a run's `episodes.parquet`, one row per episode. `{g}` stands for each "
              "group's name (`mean_wealth_{g}`: `mean_wealth_M`, `mean_wealth_F`); `episodes_tidy.csv` and "
              "`Run.tidy()` hold those per-group columns in long form (episode, group, metric, value). An *empty* "
-             "value is NaN in the table. Units are the family's (`Scenario.units`).", "")
+             "value is NaN in the table. Units are the family's (`Scenario.units`).", "",
+             "**State** is what each applicant carries from event to event, named by the family "
+             "(`Scenario.state`): `events.parquet`'s `<state>_after` (its value after each event) and "
+             "`agents.parquet`'s `initial_<state>` and `final_<state>`.", "")
     page.add("| family | groups (default scenario) | observation fields | metric columns |", "|---|---|---|---|")
     described = []
     for family in families():
@@ -592,7 +595,9 @@ def metrics_page() -> str:
         about = getattr(cls, "observation_definitions", {})
         page.heading(2, _anchor("family", family), f"Family `{family}`")
         groups = ", ".join(f"{k}: `{g}`" for k, g in enumerate(world.group_names))
-        page.add(f"Groups of the default scenario: {groups}.",
+        state = cls.state
+        page.add(f"Groups of the default scenario: {groups}.", "",
+                 f"State: `{state}`, {cls.units['wealth']} (`{state}_after`, `initial_{state}`, `final_{state}`).",
                  "", "### Observation fields", "", "| k | field | scale | what it is |", "|---|---|---|---|")
         page.add(*(f"| {k} | `{f}` | {_number(scale[f]) if f in scale else ''} | {_cell(about.get(f, ''))} |"
                    for k, f in enumerate(world.obs_fields)), "")

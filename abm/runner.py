@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from abm import __version__
+from abm import __version__, registry
 from abm.build import simulation
 from abm.config import config_hash, scenario_to_dict
 from abm.errors import InvariantError, UserError, read_user_file
@@ -38,9 +38,12 @@ from abm.world import HeadlineSummary, NullableMetrics
 COMPLETE_MARKER = "summary.json"  # written last: its presence means the folder is complete
 TIDY_FILE = "episodes_tidy.csv"  # episodes.parquet's per-group columns, long: episode, group, metric, value
 TIDY_COLUMNS = ("episode", "group", "metric", "value")
-# the columns a readable run folder's tables must have (episodes: the engine's; events: the log's)
+# the columns a readable run folder's tables must have (episodes: the engine's; events: the log's,
+# and one state column <state>_after, named by the family: Scenario.state)
 EPISODE_COLUMNS = ("episode",)
-EVENT_COLUMNS = ("time", "episode", "agent_id", "group", "kind", "amount", "wealth_after", "decision_prob")
+EVENT_COLUMNS = ("time", "episode", "agent_id", "group", "kind", "amount", "decision_prob")
+#: the state's name in every family's run files before each family named its own (Scenario.state)
+LEGACY_STATE = "wealth"
 # a temp run folder names its owner: .tmp-<run name>-<8 hex>-p<pid>-<8 hex of the host name>
 _OWNER = re.compile(r"-p(\d+)-([0-9a-f]{8})$")
 
@@ -87,11 +90,48 @@ def run_folder_problem(folder: Path) -> str | None:
         except Exception as exc:  # ArrowInvalid, OSError, ...: any damage of the file
             return f"{name} is unreadable ({type(exc).__name__})"
         missing = [c for c in columns if c not in names]
+        if name == "events.parquet" and not any(str(c).endswith("_after") for c in names):
+            missing.append("<state>_after")
         if missing:
             return f"{name} lacks column(s) {', '.join(missing)}"
         if isinstance(rows, int) and count != rows:
             return f"{name} has {count} rows, {COMPLETE_MARKER} says {rows}"
     return None
+
+
+def family_state(family: Any, folder: Path | None = None) -> str:
+    """The state a run's files name (its family's ``Scenario.state``: events' ``<state>_after``,
+    agents' ``initial_<state>``/``final_<state>``). A plugin family's module is not imported to read
+    a folder: its state is that of the one ``*_after`` column of ``folder``'s events, else ``wealth``."""
+    if isinstance(family, str) and family in registry.FAMILIES:
+        return registry.family_module(family).Scenario.state
+    try:
+        names = pq.read_schema(Path(folder) / "events.parquet").names if folder is not None else []
+    except Exception:  # noqa: BLE001  no log, or a damaged one: its readers say so
+        names = []
+    found = [c.removesuffix("_after") for c in names if c.endswith("_after")]
+    return found[0] if len(found) == 1 else LEGACY_STATE
+
+
+def legacy_state_names(state: str, names) -> dict[str, str]:
+    """Today's column -> its name in a table written before the family named its state (every family
+    wrote ``wealth_after``, ``initial_wealth``, ``final_wealth``), for those the table has only so."""
+    if state == LEGACY_STATE:
+        return {}
+    names = {str(c) for c in names}
+    pairs = {f"{state}_after": "wealth_after", f"initial_{state}": "initial_wealth", f"final_{state}": "final_wealth"}
+    return {new: old for new, old in pairs.items() if new not in names and old in names}
+
+
+def current_state_columns(frame: pd.DataFrame, state: str) -> pd.DataFrame:
+    """A run table as today's code writes it: an older folder's ``wealth`` columns of a family whose
+    state has another name are renamed to it, or dropped where the table also has today's (the score
+    families wrote both ``initial_score`` and ``initial_wealth``)."""
+    if state == LEGACY_STATE:
+        return frame
+    renames = {old: new for new, old in legacy_state_names(state, frame.columns).items()}
+    stale = [c for c in ("wealth_after", "initial_wealth", "final_wealth") if c in frame.columns and c not in renames]
+    return frame.drop(columns=stale).rename(columns=renames) if renames or stale else frame
 
 
 def set_aside_corrupt(folder: Path) -> Path:

@@ -63,7 +63,7 @@ def test_transitions_accept_and_reject():
     steps = np.asarray(p.presimulation_steps)[z]
     assert np.all(agents["offers"] == 1) and np.all(agents["rejections"] == 0)
     assert np.all(agents["repayments"] + agents["defaults"] == steps + 1)
-    repaid_now = (agents["final_wealth"] > agents["initial_wealth"]).to_numpy()  # the belief mean rose
+    repaid_now = (agents["final_belief"] > agents["initial_belief"]).to_numpy()  # the belief mean rose
     k = agents["repayments"].to_numpy() - repaid_now                               # entry state
     for g in (0, 1):
         for kk in np.unique(k[z == g]):

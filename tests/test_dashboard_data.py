@@ -85,11 +85,12 @@ def test_score_family_metrics_and_columns():
         "mean credit score", "credit gap (1-Wasserstein)", "recall (cumulative)",
         "social burden (mean cost paid by the admitted)"]
     agents = pd.DataFrame({"agent_id": [0, 1, 2, 3], "group": ["G1", "G2", "G2", "G2"],
-                           "initial_wealth": [4.0, 5.0, 6.0, 2.0], "final_wealth": [5.0, 5.0, 7.0, 2.0],
+                           "initial_score": [4.0, 5.0, 6.0, 2.0], "final_score": [5.0, 5.0, 7.0, 2.0],
                            "applications": [1, 3, 2, 0], "loans": [1, 2, 2, 0], "defaults": [0, 1, 0, 0]})
-    rows, total = applicant_page(agents, "g2", sort_by="loans", descending=True)
+    rows, total = applicant_page(agents, "g2", sort_by="loans", descending=True, state="score")
     assert total == 3 and rows["agent_id"].tolist() == [1, 2, 3]  # ties keep applicant order
-    assert "loans" in rows.columns and "approvals" not in rows.columns
+    assert list(rows.columns) == ["agent_id", "group", "initial_score", "final_score", "applications", "loans",
+                                  "defaults"]
 
 
 # -- applicants ---------------------------------------------------------------------------
@@ -124,9 +125,10 @@ def test_timeline_is_the_applicants_events_and_wealth_path(run, run_dir):
     assert timeline.events["kind"].tolist() == mine["kind"].astype(str).tolist()
     np.testing.assert_array_equal(timeline.events["wealth_after"], mine["wealth_after"])
     row = run.agents.iloc[agent_id]
-    assert timeline.wealth["wealth"].iloc[0] == row["initial_wealth"]
-    assert timeline.wealth["wealth"].iloc[-2] == pytest.approx(row["final_wealth"], rel=1e-12)  # last event
-    assert timeline.wealth["time"].iloc[-1] == run.episodes["time"].iloc[-1]
+    assert timeline.state == "wealth"
+    assert timeline.path["wealth"].iloc[0] == row["initial_wealth"]
+    assert timeline.path["wealth"].iloc[-2] == pytest.approx(row["final_wealth"], rel=1e-12)  # last event
+    assert timeline.path["time"].iloc[-1] == run.episodes["time"].iloc[-1]
     with pytest.raises(UserError, match="no applicant 600"):
         applicant_timeline(run, 600)
 

@@ -19,7 +19,7 @@ def test_mixed_adds_and_batches_keep_order_and_dtypes():
     log.extend(2.0, 1, np.array([7]), np.array([1], np.int16), EventKind.REPAY, 30.0, 64.0)
     cols = log.columns()
     assert log.count == 7
-    assert {c: cols[c].dtype for c in COLUMNS} == {c: np.dtype(d) for c, d in COLUMNS.items()}
+    assert [cols[c].dtype for c in log.names] == [np.dtype(d) for d in COLUMNS.values()]
     assert cols["time"].tolist() == [0.5, 0.7, 0.8, 0.9, 1.0, 1.0, 2.0]
     assert cols["agent_id"].tolist() == [7, 3, 4, 5, 7, 3, 7]
     assert cols["kind"].tolist() == [0, 0, 0, 0, 1, 2, 3]
@@ -31,6 +31,16 @@ def test_mixed_adds_and_batches_keep_order_and_dtypes():
     frame = log.to_frame()
     assert frame["kind"].astype(str).tolist() == ["apply"] * 4 + ["approve", "reject", "repay"]
     assert frame["group"].astype(str).tolist() == ["F", "M", "M", "F", "F", "M", "F"]
+
+
+def test_the_state_column_is_named_by_the_family():
+    """``<state>_after`` (``Scenario.state``): Eutopia's default ``wealth_after``, a credit family's ``score_after``."""
+    assert EventLog().names[6] == "wealth_after"
+    log = EventLog(group_names=["G1"], state="score")
+    log.add(0.5, 0, 7, 0, EventKind.APPLY, 1.0, 4.0)
+    assert list(log.to_frame().columns) == ["time", "episode", "agent_id", "group", "kind", "amount", "score_after",
+                                            "decision_prob"]
+    assert log.columns()["score_after"].tolist() == [4.0]
 
 
 def test_disabled_log_counts_but_keeps_nothing():

@@ -182,7 +182,7 @@ def test_fico_fixed_threshold_mean_score_change_matches_the_analytic_delayed_imp
     w = sim.world
     tables = load_tables(["white", "black"])
     kind = events["kind"].astype(str)
-    before = events.loc[kind == "apply"].set_index("time")["wealth_after"]
+    before = events.loc[kind == "apply"].set_index("time")["score_after"]
     for g, name in enumerate(("white", "black")):
         s, p = tables.grid, tables.repay[g]
         delta = np.where(s >= t, p * np.minimum(75, 850 - s) + (1 - p) * np.maximum(-150, 300 - s), 0.0)
@@ -192,7 +192,7 @@ def test_fico_fixed_threshold_mean_score_change_matches_the_analytic_delayed_imp
         simulated = float(w.cols["score"][mine].mean() - w.cols["initial_score"][mine].mean())
         loans = events.loc[(kind.isin(["repay", "default"])) & (events["group"].astype(str) == name)]
         step_change = np.zeros(horizon)
-        step_change[: len(loans)] = loans["wealth_after"].to_numpy() - before.loc[loans["time"]].to_numpy()
+        step_change[: len(loans)] = loans["score_after"].to_numpy() - before.loc[loans["time"]].to_numpy()
         se = np.sqrt(horizon * np.var(step_change)) / n_g  # H i.i.d. steps, zero when g is not served
         assert se > 0
         assert abs(simulated - analytic) < 3.5 * se, (name, simulated, analytic, se)

@@ -162,7 +162,7 @@ def test_fico_initial_scores_and_repayment_follow_the_curves():
             f"seed={seed}"])
         _, _, ev = execute(sc)
         kind = ev["kind"].astype(str)
-        applies = ev[kind == "apply"][["time", "agent_id", "group", "wealth_after"]]
+        applies = ev[kind == "apply"][["time", "agent_id", "group", "score_after"]]
         outcomes = ev[kind.isin(["repay", "default"])][["time", "agent_id", "kind"]]
         rows.append(applies.merge(outcomes, on=["time", "agent_id"], validate="one_to_one"))
     import pandas as pd
@@ -170,7 +170,7 @@ def test_fico_initial_scores_and_repayment_follow_the_curves():
     data = pd.concat(rows)
     assert len(data) == 5 * 20000
     group = data["group"].astype(str).map({n: i for i, n in enumerate(tables.groups)}).to_numpy()
-    p = tables.curve(data["wealth_after"].to_numpy(), group)
+    p = tables.curve(data["score_after"].to_numpy(), group)
     repaid = (data["kind"].astype(str) == "repay").to_numpy()
     bins = np.digitize(p, np.linspace(0, 1, 11)[1:-1])
     for g in range(len(tables.groups)):

@@ -177,10 +177,11 @@ def _fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
-def timeline_rows(events: pd.DataFrame) -> list[list[str]]:
-    """The timeline table's cells: time, episode, event, amount, wealth after, decision prob."""
-    return [[f"{r.time:.4f}", str(int(r.episode)), str(r.kind), _fmt(r.amount), _fmt(r.wealth_after),
-             _fmt(r.decision_prob)] for r in events.itertuples(index=False)]
+def timeline_rows(events: pd.DataFrame, state: str = "wealth") -> list[list[str]]:
+    """The timeline table's cells: time, episode, event, amount, <state> after, decision prob."""
+    after = events[f"{state}_after"].to_numpy()
+    return [[f"{r.time:.4f}", str(int(r.episode)), str(r.kind), _fmt(r.amount), _fmt(value), _fmt(r.decision_prob)]
+            for r, value in zip(events.itertuples(index=False), after)]
 
 
 def _html_table(header: list[str], rows: list[list[str]], css_class: str) -> str:
@@ -305,7 +306,7 @@ def RatesView(run):
         solara.Info("this run records neither per-group counts nor an event log")
         return
     titles = {"group_rates": "selection / default / true-positive rates and gaps",
-              "distribution": "wealth (or score) distribution per group"}
+              "distribution": f"{run.state} distribution per group"}
     InteractiveFigure(key, "run_extra", names, titles, label="figure", css="abm-rates")
 
 
@@ -317,7 +318,7 @@ def ApplicantsView(run):
     page = solara.use_reactive(0)
     selected = solara.use_reactive(None)
     rows, total = data.applicant_page(run.agents, query.value, sort_by.value, descending.value, page.value,
-                                      PAGE_SIZE)
+                                      PAGE_SIZE, state=run.state)
     last_page = max(0, (total - 1) // PAGE_SIZE)
     shown_page = min(page.value, last_page)
 
@@ -370,7 +371,7 @@ def ApplicantsView(run):
 
 def _timeline(run, agent_id: int):
     result = data.applicant_timeline(run, agent_id)
-    return result, figures.png(figures.timeline(result.wealth, result.events, agent_id))
+    return result, figures.png(figures.timeline(result.path, result.events, agent_id, result.state))
 
 
 def _trace(run, first: int, last: int):
@@ -385,13 +386,13 @@ def TimelineView(run, agent_id: int):
         solara.Error(error)
         return
     timeline, image = result
-    a, events = timeline.agent, timeline.events
-    solara.Markdown(f"#### Applicant {agent_id} (group {a['group']}): wealth {a['initial_wealth']:.2f} → "
-                    f"{a['final_wealth']:.2f}, {len(events)} events")
+    a, events, state = timeline.agent, timeline.events, timeline.state
+    solara.Markdown(f"#### Applicant {agent_id} (group {a['group']}): {state} {_fmt(a.get(f'initial_{state}'), 2)} → "
+                    f"{_fmt(a.get(f'final_{state}'), 2)}, {len(events)} events")
     solara.Image(image)
     shown = events.head(MAX_TIMELINE_ROWS)
-    header = ["time", "episode", "event", "amount", "wealth after", "decision prob"]
-    solara.HTML(tag="div", unsafe_innerHTML=_html_table(header, timeline_rows(shown), "abm-timeline"))
+    header = ["time", "episode", "event", "amount", f"{state} after", "decision prob"]
+    solara.HTML(tag="div", unsafe_innerHTML=_html_table(header, timeline_rows(shown, state), "abm-timeline"))
     if len(events) > len(shown):
         solara.Text(f"first {len(shown)} of {len(events)} events shown")
 

@@ -43,10 +43,11 @@ PANELS = (
     ("social burden (mean cost paid by the admitted)", "social_burden_{g}"),
     ("Hawkes intensity at episode end", "intensity_{g}"),
 )
-# those a family records ("loans", "admitted": the score families' approvals)
-APPLICANT_COLUMNS = ("agent_id", "group", "initial_wealth", "final_wealth", "applications", "approvals", "loans",
+# those a family records ("loans", "admitted": the score families' approvals); {state}: the family's
+# state (Scenario.state: wealth, score, budget, belief), as the run's files name it (inspect.Run.state)
+APPLICANT_COLUMNS = ("agent_id", "group", "initial_{state}", "final_{state}", "applications", "approvals", "loans",
                      "admitted", "defaults")
-TIMELINE_COLUMNS = ("time", "episode", "kind", "amount", "wealth_after", "decision_prob")
+TIMELINE_COLUMNS = ("time", "episode", "kind", "amount", "{state}_after", "decision_prob")
 MAX_TRACE_EPISODES = 20  # a trace window is evaluated at ~500 points per episode and group
 TRACE_POINTS_PER_EPOCH = 5
 
@@ -160,13 +161,13 @@ def study_final_table(summary: pd.DataFrame, metrics: list[str]) -> pd.DataFrame
 
 # -- applicants ---------------------------------------------------------------------------
 def applicant_page(agents: pd.DataFrame, query: str = "", sort_by: str = "agent_id", descending: bool = False,
-                   page: int = 0, page_size: int = 20) -> tuple[pd.DataFrame, int]:
+                   page: int = 0, page_size: int = 20, state: str = "wealth") -> tuple[pd.DataFrame, int]:
     """One page of the applicant table and the number of matching applicants.
 
     ``query``: empty (everyone), an applicant id (digits), or a group name (case-insensitive).
-    ``page`` is clipped to the pages that exist.
+    ``page`` is clipped to the pages that exist. ``state``: the run's (``Run.state``).
     """
-    cols = [c for c in APPLICANT_COLUMNS if c in agents.columns]
+    cols = [c for c in (c.format(state=state) for c in APPLICANT_COLUMNS) if c in agents.columns]
     if sort_by not in cols:
         raise UserError(f"sort: no column {sort_by!r} (columns: {', '.join(cols)})")
     if page_size < 1:
@@ -187,11 +188,12 @@ def applicant_page(agents: pd.DataFrame, query: str = "", sort_by: str = "agent_
 
 @dataclass
 class Timeline:
-    """One applicant: its agents.parquet row, its events and its wealth path."""
+    """One applicant: its agents.parquet row, its events and the path of its state (``Run.state``)."""
 
     agent: dict
     events: pd.DataFrame
-    wealth: pd.DataFrame  # time, wealth: a step path from t = 0 to the end of the run
+    state: str  # wealth, score ...: the family's (events' <state>_after)
+    path: pd.DataFrame  # time, <state>: a step path from t = 0 to the end of the run
 
 
 def applicant_timeline(run: Run, agent_id: int) -> Timeline:
@@ -200,13 +202,16 @@ def applicant_timeline(run: Run, agent_id: int) -> Timeline:
         raise UserError(f"no applicant {agent_id} (ids are 0..{n - 1})")
     row = run.agents.iloc[int(agent_id)].to_dict()
     events = run.events(agent_id=int(agent_id))
-    events = events[[c for c in TIMELINE_COLUMNS if c in events.columns]].copy()
+    state = run.state
+    if f"{state}_after" not in events.columns:
+        raise UserError(f"{run.folder / 'events.parquet'}: no column {state}_after (each event's {state})")
+    events = events[[c for c in (c.format(state=state) for c in TIMELINE_COLUMNS) if c in events.columns]].copy()
     events["kind"] = events["kind"].astype(str)
     end = float(run.episodes["time"].iloc[-1]) if len(run.episodes) else 0.0
     times = np.concatenate([[0.0], events["time"].to_numpy(float), [end]])
-    wealth = np.concatenate([[float(row["initial_wealth"])], events["wealth_after"].to_numpy(float),
-                             [float(row["final_wealth"])]])
-    return Timeline(row, events.reset_index(drop=True), pd.DataFrame({"time": times, "wealth": wealth}))
+    values = np.concatenate([[float(row.get(f"initial_{state}", np.nan))], events[f"{state}_after"].to_numpy(float),
+                             [float(row.get(f"final_{state}", np.nan))]])
+    return Timeline(row, events.reset_index(drop=True), state, pd.DataFrame({"time": times, state: values}))
 
 
 # -- Hawkes intensity (Eutopia) -----------------------------------------------------------

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from abm.reports.figures import DASHES, MARKERS, FigureSpec, Panels
 
-# how each event kind is marked on an applicant's wealth path
+# how each event kind is marked on an applicant's state path (wealth, score ...)
 KIND_STYLE = {
     "apply": dict(marker="o", color="#1f77b4", label="application"),
     "approve": dict(marker="^", color="#2ca02c", label="approved"),
@@ -280,17 +280,18 @@ def png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def timeline(wealth: pd.DataFrame, events: pd.DataFrame, agent_id: int) -> Figure:
-    """An applicant's wealth over time, each application, decision and outcome marked."""
+def timeline(path: pd.DataFrame, events: pd.DataFrame, agent_id: int, state: str = "wealth") -> Figure:
+    """An applicant's state (``path``: time, <state>) over time, each application, decision and
+    outcome marked at its ``<state>_after``."""
     fig, ax = _figure(11.0, 3.6, right=0.84)
-    ax.step(wealth["time"], wealth["wealth"], where="post", color="#444444", lw=1.1, label="wealth")
+    ax.step(path["time"], path[state], where="post", color="#444444", lw=1.1, label=state)
     for kind, style in KIND_STYLE.items():
         rows = events[events["kind"] == kind]
         if len(rows):
-            ax.scatter(rows["time"], rows["wealth_after"], s=28, zorder=3, marker=style["marker"],
+            ax.scatter(rows["time"], rows[f"{state}_after"], s=28, zorder=3, marker=style["marker"],
                        color=style["color"], label=f"{style['label']} ({len(rows)})")
     ax.set_xlabel("time")
-    ax.set_ylabel("wealth (or score)")
+    ax.set_ylabel(state)
     ax.set_title(f"applicant {agent_id}", fontsize=10)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig

@@ -95,6 +95,7 @@ class AdmissionsRewards(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
+    state: ClassVar[str] = "budget"  # events' budget_after: the engine's state seam is the budget here
     units: ClassVar[dict[str, str]] = {"wealth": "budget (units)", "wealth_unit": "budget units",
                                        "money": "reward units", "score": "budget (units)"}
     event_kinds: ClassVar[tuple[str, ...]] = ("admit", "manipulate", "leave")
@@ -481,8 +482,6 @@ class World(steps.DrawnOutcomes, steps.LastDecisions):
             "group": pd.Categorical.from_codes(c["group"], categories=self.group_names),
             "test_score": c["score"], "final_observed_score": c["observed_score"],
             "initial_budget": c["initial_budget"], "final_budget": c["budget"], "cost_paid": c["cost_paid"],
-            # the engine's "wealth" seam (events' wealth_after, `abm inspect`) is the budget here
-            "initial_wealth": c["initial_budget"], "final_wealth": c["budget"],
             "manipulations": c["manipulations"], "applications": c["applications"], "admitted": c["admitted"],
         })
 

@@ -118,6 +118,7 @@ class BeliefEvaluation(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"loan_mdp"})
+    state: ClassVar[str] = "belief"  # events' belief_after: the bank's repayment belief
     units: ClassVar[dict[str, str]] = {"wealth": "repayment belief (0-1)", "wealth_unit": "belief",
                                        "money": "principal units", "score": "repayment belief (0-1)"}
     live_parameters: ClassVar[tuple] = (
@@ -322,7 +323,7 @@ class World:
         return self.params.principal if np.ndim(idx) == 0 else np.full(len(idx), self.params.principal)
 
     def wealth_of(self, idx):
-        """The engine's wealth seam (events' wealth_after): the bank's repayment belief."""
+        """The engine's state seam (events' belief_after): the bank's repayment belief."""
         alpha, beta = self.belief(idx)
         return alpha / (alpha + beta)
 
@@ -499,14 +500,14 @@ class World:
             raise InvariantError("invariant 'one approve event per loan' broken")
 
     def agents_table(self) -> pd.DataFrame:
-        """The last cohort; ``initial_wealth``/``final_wealth`` (read by ``abm inspect``) are the
+        """The last cohort; ``initial_belief``/``final_belief`` (the state, ``Scenario.state``) are the
         bank's repayment belief alpha / (alpha + beta) at entry and after the last decision."""
         c = self.cols
         alpha, beta = self.belief()
         return pd.DataFrame({
             "agent_id": np.arange(len(c["group"]), dtype=np.int64),
             "group": pd.Categorical.from_codes(c["group"], categories=list(GROUP_NAMES)),
-            "qualified": c["qualified"], "initial_wealth": c["entry_belief"], "final_wealth": alpha / (alpha + beta),
+            "qualified": c["qualified"], "initial_belief": c["entry_belief"], "final_belief": alpha / (alpha + beta),
             "alpha": alpha, "beta": beta, "repayments": c["repayments"], "defaults": c["defaults"],
             "rejections": c["rejections"], "offers": c["offers"], "profit": c["profit"],
             "discounted_reward": (1 - self.gamma) * c["disc_reward"],

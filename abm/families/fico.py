@@ -110,6 +110,7 @@ class FicoBank(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
+    state: ClassVar[str] = "score"  # events' score_after, agents' initial_score / final_score: the true score
     units: ClassVar[dict[str, str]] = {"wealth": "FICO score (300-850)", "wealth_unit": "score points",
                                        "money": "utility units", "score": "FICO score (300-850)"}
     live_parameters: ClassVar[tuple] = (

@@ -465,8 +465,6 @@ class ScoreLendingWorld(steps.DrawnOutcomes, steps.LastDecisions, ABC):
             "group": pd.Categorical.from_codes(c["group"], categories=self.group_names),
             "initial_score": c["initial_score"], "final_score": c["score"],
             "final_observed_score": c["observed_score"],
-            # the engine's "wealth" seam (events' wealth_after, `abm inspect`) is the true score here
-            "initial_wealth": c["initial_score"], "final_wealth": c["score"],
             "applications": c["applications"], "loans": c["loans"],
             "repayments": c["repayments"], "defaults": c["defaults"],
         })

@@ -263,7 +263,7 @@ class Style:
 
 
 def units(family: str | None) -> dict[str, str]:
-    """What the family's "wealth" seam is and the unit of its profit: its ``Scenario.units`` (a
+    """What the family's state (``Scenario.state``) is and the unit of its profit: its ``Scenario.units`` (a
     family this process cannot load, e.g. a plugin's run read elsewhere: the defaults)."""
     from abm import registry
     from abm.config import ScenarioBase
@@ -623,24 +623,31 @@ def training_curve(folder: str | Path, family: str | None = None) -> Panels | No
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
-def wealth_paths(folder: str | Path) -> tuple[np.ndarray, np.ndarray] | None:
-    """(groups per applicant, wealth matrix applicants x (episodes + 1)) of a run folder: column 0 the
-    initial wealth (or score), column e + 1 the value at the end of episode e, from the last event
-    of each applicant in each episode (carried forward). None without an event log."""
+def state_paths(folder: str | Path, family: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(groups per applicant, state matrix applicants x (episodes + 1)) of a run folder of ``family``:
+    column 0 the initial state (``initial_<state>``: wealth, score ...), column e + 1 the value at the
+    end of episode e, from the last event of each applicant in each episode (``<state>_after``,
+    carried forward). None without an event log."""
     import pyarrow.parquet as pq
+
+    from abm.runner import family_state, legacy_state_names
 
     folder = Path(folder)
     if not (folder / "events.parquet").is_file() or not (folder / "agents.parquet").is_file():
         return None
-    agents = pq.read_table(folder / "agents.parquet", columns=["agent_id", "group", "initial_wealth"]).to_pandas()
+    state = family_state(family, folder)
+    initial, after = f"initial_{state}", f"{state}_after"
+    initial = legacy_state_names(state, pq.read_schema(folder / "agents.parquet").names).get(initial, initial)
+    after = legacy_state_names(state, pq.read_schema(folder / "events.parquet").names).get(after, after)
+    agents = pq.read_table(folder / "agents.parquet", columns=["agent_id", "group", initial]).to_pandas()
     n_ep = pq.read_metadata(folder / "episodes.parquet").num_rows
-    ev = pq.read_table(folder / "events.parquet", columns=["time", "episode", "agent_id", "wealth_after"]).to_pandas()
-    ev = ev[np.isfinite(ev["wealth_after"].to_numpy(float))]
+    ev = pq.read_table(folder / "events.parquet", columns=["time", "episode", "agent_id", after]).to_pandas()
+    ev = ev[np.isfinite(ev[after].to_numpy(float))]
     if not ev["time"].is_monotonic_increasing:
         ev = ev.sort_values("time", kind="stable")
-    last = ev.groupby(["agent_id", "episode"], sort=False)["wealth_after"].last()
+    last = ev.groupby(["agent_id", "episode"], sort=False)[after].last()
     grid = np.full((len(agents), n_ep + 1), np.nan)
-    grid[:, 0] = agents["initial_wealth"].to_numpy(float)
+    grid[:, 0] = agents[initial].to_numpy(float)
     aid = last.index.get_level_values(0).to_numpy(int)
     epi = last.index.get_level_values(1).to_numpy(int)
     keep = (epi >= 0) & (epi < n_ep) & (aid >= 0) & (aid < len(agents))
@@ -651,12 +658,12 @@ def wealth_paths(folder: str | Path) -> tuple[np.ndarray, np.ndarray] | None:
 
 def distribution(runs: dict[str, list[str | Path]], family: str | None = None, groups: list[str] | None = None,
                  max_panels: int = 12) -> Panels | None:
-    """Quantile bands of each group's wealth (or score) over episodes, one panel per configuration
+    """Quantile bands of each group's state (wealth, score ...) over episodes, one panel per configuration
     (applicants of all its runs pooled): median line, 25-75% band, 10-90% lighter band."""
     panels = []
     style = Style([], [], list(groups or []))
     for config, folders in list(runs.items())[:max_panels]:
-        paths = [p for p in (wealth_paths(f) for f in folders) if p is not None]
+        paths = [p for p in (state_paths(f, family) for f in folders) if p is not None]
         if not paths:
             continue
         width = min(p[1].shape[1] for p in paths)

@@ -18,7 +18,7 @@ def _groups(episodes: pd.DataFrame) -> list[str]:
 
 def run_figures(run, facet: str | None = None) -> list:
     """A run's figure specs: one per metric over episodes (groups on one axis; ``facet="group"``: one
-    panel per group), the per-group rates, with an event log each group's wealth (or score)
+    panel per group), the per-group rates, with an event log each group's state (wealth, score ...)
     distribution over episodes, and for a deep lender what its training did (``training.png``)."""
     from abm.reports import figures
 

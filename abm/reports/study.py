@@ -15,7 +15,7 @@ asked, ``<name>.png`` / ``.svg`` / ``.pdf``):
                           family records, and for ``render_study(..., fairness=, profit=)``'s choice
                           (``abm report STUDY --frontier-x METRIC --frontier-y METRIC``)
     group_rates.png       selection / default / true-positive rate per group and their gaps over episodes
-    distribution.png      quantile bands of each group's wealth (or score) over episodes, from the runs'
+    distribution.png      quantile bands of each group's state (wealth, score ...) over episodes, from the runs'
                           event logs
 
 Paper reports are modules with one small interface (``PaperReport``): ``applies(folder)`` says
