@@ -78,6 +78,12 @@ CASES["credit-bisim_dqn-phase"] = ("lending-credit.yaml", CREDIT + ["policy.name
 for p in ("fair_lp", "fair_cce", "optimistic", "conservative", "race_blind", "unconstrained",
           "explore_then_commit"):
     CASES[f"beta-{p}"] = ("beta-belief-loans.yaml", BETA + [f"policy.name={p}"])
+# attention_allocation: its baselines (the greedy one draws from the policy stream) and a deep learner
+ATT = ["episodes.count=2", "episodes.horizon=30"]
+CASES["attention"] = ("attention-allocation.yaml", ATT)
+CASES["attention-harder-uniform"] = ("attention-allocation-harder.yaml", ATT + ["policy.name=uniform_allocation"])
+CASES["attention-elbert-lean"] = ("attention-allocation.yaml", ATT + ["policy.name=elbert_po",
+                                                                       "policy.total_timesteps=1024"] + LEAN)
 
 DROP = ("wall_seconds", "code_fingerprint")
 
