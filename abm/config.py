@@ -126,13 +126,13 @@ class ScenarioBase(Section):
     """
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    state: ClassVar[str] = "wealth"
     units: ClassVar[dict[str, str]] = {"wealth": "wealth", "wealth_unit": "units", "money": "units",
                                        "score": "wealth or score"}
     event_kinds: ClassVar[tuple[str, ...]] = ()
     live_parameters: ClassVar[tuple[tuple[str, str, float, float, float], ...]] = ()
     live_plots: ClassVar[tuple[str, ...]] = ("mean_wealth", "wealth_gap", "cumulative_profit", "reach")
     metric_definitions: ClassVar[dict[str, tuple[str, str]]] = {}
-    state: ClassVar[str] = "wealth"
     observation_definitions: ClassVar[dict[str, str]] = {}
 
     name: str = Field("scenario", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
@@ -148,15 +148,15 @@ class ScenarioBase(Section):
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
+        if not (isinstance(cls.state, str) and cls.state.isidentifier() and cls.state == cls.state.lower()):
+            raise UserError(f"{cls.__module__}.{cls.__name__}.state: {cls.state!r} is not a lower-case identifier "
+                            "(it names the run files' columns: <state>_after, initial_<state>)")
         field = cls.model_fields.get("family")
         if cls.__dict__.get("event_kinds") and field is not None:  # its own, not a base family's
             for name in typing.get_args(field.annotation):
                 registry.register_event_kinds(name, cls.event_kinds)
 
     @field_validator("objective")
-        if not (isinstance(cls.state, str) and cls.state.isidentifier() and cls.state == cls.state.lower()):
-            raise UserError(f"{cls.__module__}.{cls.__name__}.state: {cls.state!r} is not a lower-case identifier "
-                            "(it names the run files' columns: <state>_after, initial_<state>)")
     @classmethod
     def _objective_form(cls, value: str | None) -> str | None:
         if value is None:

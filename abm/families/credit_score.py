@@ -143,8 +143,8 @@ class CreditBank(Section):
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
     capabilities: ClassVar[frozenset[str]] = frozenset({"score_curve", "decision_env"})
-    units: ClassVar[dict[str, str]] = {"wealth": "credit score (points)", "wealth_unit": "score points",
     state: ClassVar[str] = "score"  # events' score_after, agents' initial_score / final_score: the true score
+    units: ClassVar[dict[str, str]] = {"wealth": "credit score (points)", "wealth_unit": "score points",
                                        "money": "reward units", "score": "credit score (points)"}
     live_parameters: ClassVar[tuple] = (
         ("dynamics.score_change_repay", "score change on repayment c+", 0, 3, 1),
