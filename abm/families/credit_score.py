@@ -12,6 +12,7 @@ ml-fairness-gym's (seed 002's Figure 4 gives no numbers). See docs/MODEL.md.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -256,7 +257,8 @@ class World(ScoreLendingWorld):
         if self.mass is None:
             return super().mean_scores(column)
         grid = np.arange(1, self.mass.shape[1] + 1, dtype=float)
-        return self.mass @ grid / self.mass.sum(axis=1)
+        # fsum, not ``@`` (BLAS: its order of additions is the processor's), as steps.wasserstein1
+        return np.array([math.fsum(w * grid) for w in self.mass]) / self.mass.sum(axis=1)
 
     def credit_gap(self, column: str = "score", squared: bool = False) -> float:
         """With mass-shift dynamics, the distance between the groups' score distributions themselves
