@@ -306,8 +306,7 @@ class World(steps.LastDecisions):
                 np.array([big, big, float(self.units), float(self.units), 1.0, self.n_groups - 1.0]))
 
     def privileged(self, idx, names):
-        return {"gain": np.array([self.gain(s) for s in np.asarray(idx).tolist()], dtype=float)} \
-            if "gain" in names else {}
+        return {}  # no privileged columns: an offer's outcome is the gym adapter's (true_outcome)
 
     def true_outcome(self, idx) -> np.ndarray:
         """Whether one more unit at each offered site would discover an incident this step."""
