@@ -299,6 +299,7 @@ POLICIES: dict[str, str] = {
     "dp_threshold": "policies.baselines:DemographicParity",
     "single_threshold": "policies.baselines:SingleThreshold",
     "classifier": "policies.baselines:Classifier",
+    "max_util_learned": "policies.baselines:LearnedMaxUtil",
     "ppo": "policies.deep.ppo:PPOLender",
     "dqn": "policies.deep.dqn:DQNLender",
     "lag_ppo": "policies.deep.lag_ppo:LagPPOLender",

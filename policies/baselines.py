@@ -10,6 +10,8 @@ the bank's reward table and the current per-group distribution of observed score
   score, that give every group the same true-positive rate (equal opportunity) / approval rate
   (demographic parity) and, among those, the largest expected reward (or a fixed target rate);
 * ``single_threshold``: one group-blind threshold (fixed, or profit-maximising on the pool);
+* ``max_util_learned``: after a burn-in that approves everyone, per group (or pooled) the score
+  cut with the largest realised reward on the loans seen so far: Max-util without the known curve;
 * ``classifier``: logistic regression on the observation after a burn-in, frozen or retrained.
 
 Registered under their own names: Eutopia's ``equal_opportunity``/``demographic_parity`` are
@@ -51,14 +53,29 @@ class _ScorePolicy(Policy):
         return self.context.rewards.gain(self.context.p_good(scores, groups))
 
 
+class MaxUtilParams(NoParams):
+    burn_in: int = Field(0, ge=0, le=10**9, description="Decisions approved unconditionally first "
+                                                        "(ml-fairness-gym's agent: burnin 50).")
+
+
 class MaxUtil(_ScorePolicy):
     """Profit-maximising per-group thresholds: approve iff the expected reward gain is positive."""
 
     name = "max_util"
+    Params = MaxUtilParams
+
+    def __init__(self, params, context, rng):
+        super().__init__(params, context, rng)
+        self.decisions = 0
 
     def _decide(self, obs, info):
+        if self.decisions < self.params.burn_in:
+            return np.ones(len(obs))
         s, g = self.scores_groups(obs)
         return (self.gain(s, g) > 0).astype(float)
+
+    def on_decisions(self, obs, info, probs, approved):
+        self.decisions += len(obs)
 
     def state(self):
         out = {}
@@ -66,6 +83,56 @@ class MaxUtil(_ScorePolicy):
             good = values[self.gain(values, np.full(len(values), g)) > 0]
             out[self.context.group_names[g]] = float(good.min()) if len(good) else None
         return {"lowest_approved_score": out}
+
+
+class LearnedMaxUtilParams(NoParams):
+    burn_in: int = Field(50, ge=0, le=10**9, description="Decisions approved unconditionally before the "
+                                                         "learned thresholds are used (ml-fairness-gym's burnin: 50).")
+    pooled: bool = Field(False, description="false: a threshold per group from its own loans (group-aware); "
+                                            "true: one threshold from everyone's (group-blind).")
+
+
+class LearnedMaxUtil(_ScorePolicy):
+    """Max-util with thresholds learned from outcomes: per group (or pooled), the score cut with the
+    largest reward on the group's own resolved loans, summed over the scores at or above it."""
+
+    name = "max_util_learned"
+    Params = LearnedMaxUtilParams
+
+    def __init__(self, params, context, rng):
+        super().__init__(params, context, rng)
+        self.decisions = 0
+        self.value: dict[tuple[int, float], float] = {}  # (group or 0, score) -> summed reward gain of its loans
+        self.thresholds = np.full(1 if params.pooled else self.n_groups, -np.inf)
+
+    def _keys(self, groups):
+        return np.zeros(len(groups), np.int64) if self.params.pooled else groups
+
+    def _decide(self, obs, info):
+        if self.decisions < self.params.burn_in:
+            return np.ones(len(obs))
+        s, g = self.scores_groups(obs)
+        return (s >= self.thresholds[self._keys(g)]).astype(float)
+
+    def on_decisions(self, obs, info, probs, approved):
+        self.decisions += len(obs)
+
+    def on_outcomes(self, outcomes):
+        s, g = self.scores_groups(np.asarray(outcomes.obs, dtype=float))
+        gain = self.context.rewards.gain(np.asarray(outcomes.repaid, float))  # the realised gain of each loan
+        keys = self._keys(g)
+        for k, score, value in zip(keys.tolist(), s.tolist(), gain.tolist()):
+            self.value[(k, score)] = self.value.get((k, score), 0.0) + value
+        for k in set(keys.tolist()):
+            cells = sorted((score, v) for (key, score), v in self.value.items() if key == k)
+            tail = np.cumsum([v for _, v in cells][::-1])[::-1]  # gain of approving every seen score >= cut
+            best = np.nonzero(tail >= tail.max() - 1e-9)[0][-1]  # ties -> the higher cut (single_threshold's)
+            self.thresholds[k] = cells[best][0] if tail.max() > 0 else np.inf
+
+    def state(self):
+        names = ["all"] if self.params.pooled else self.context.group_names
+        return {"thresholds": {n: (float(t) if np.isfinite(t) else None) for n, t in zip(names, self.thresholds)},
+                "decisions": self.decisions}
 
 
 class GroupThresholdParams(NoParams):
