@@ -335,10 +335,12 @@ TRAINING_FIGURES: dict[str, tuple[str, int, tuple[str, ...], int]] = {
     "ppo_sb3": ("ppo", 2_048, (), 1),
     "dqn_sb3": ("dqn", 4_000, (), 1),
     "ppo_attention": ("ppo", 10_240, ("policy.backend=lean", "policy.n_envs=16"), 3),
+    "ppo_infectious": ("ppo", 10_240, ("policy.backend=lean", "policy.n_envs=16"), 3),
 }
 #: figure -> the scenario it trains on, where not lending-credit.yaml (issue 42: every family trains
 #: at least as fast per decision as credit_score, the ``ppo`` figure)
-FIGURE_SCENARIOS: dict[str, Path] = {"ppo_attention": ROOT / "scenarios" / "attention-allocation.yaml"}
+FIGURE_SCENARIOS: dict[str, Path] = {"ppo_attention": ROOT / "scenarios" / "attention-allocation.yaml",
+                                     "ppo_infectious": ROOT / "scenarios" / "infectious-disease.yaml"}
 CARTPOLE_STEPS = 1_024  # per reference chunk (two PPO updates)
 #: figure -> extra --set overrides of its untimed warm-up run (a small budget: one-time costs only)
 WARMUP_SETS: dict[str, tuple[str, ...]] = {
@@ -467,7 +469,7 @@ KEYS = ("engine_over_reference_6k", "engine_over_reference_60k", "engine_over_re
         "doubling_time_ratio", "peak_memory_gb_1m", "perl_1000_episodes_s", "gym_steps_per_s",
         "study_speedup_2_workers", "network_over_plain_event_rate_100k",
         "ppo_training_over_reference", "dqn_training_over_reference", "bisim_ppo_training_over_reference",
-        "ppo_attention_training_over_reference",
+        "ppo_attention_training_over_reference", "ppo_infectious_training_over_reference",
         "abm_policies_s")
 
 

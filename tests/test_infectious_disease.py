@@ -92,7 +92,7 @@ def test_treating_everyone_eradicates_the_disease_for_good(tmp_path):
 def test_spread_uses_the_last_population_state(tmp_path):
     """test_last_population_used_for_infection_propagation: I - S - S with beta = 1: after one day
     only the middle person is infected."""
-    sim = sim_on(tmp_path, [(0, 1), (1, 2)], 3, policy="approve_all", budget=0)
+    sim = sim_on(tmp_path, [(0, 1), (1, 2)], 3)
     sim.env.run(until=1.0)
     assert states(sim).tolist() == [I, I, S]
 
@@ -100,7 +100,7 @@ def test_spread_uses_the_last_population_state(tmp_path):
 def test_one_transition_per_day(tmp_path):
     """test_one_transition_per_step_in_seir (no exposed state here): with beta = gamma = 1 the
     susceptible are infected on day 1 and recover on day 2, the first infected recover on day 1."""
-    sim = sim_on(tmp_path, complete(10), 10, infected=(1, 3, 5), gamma=1.0, budget=0)
+    sim = sim_on(tmp_path, complete(10), 10, infected=(1, 3, 5), gamma=1.0)
     first = np.isin(np.arange(10), (1, 3, 5))
     sim.env.run(until=1.0)
     assert np.all(states(sim)[first] == R) and np.all(states(sim)[~first] == I)

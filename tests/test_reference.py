@@ -194,6 +194,7 @@ METRIC_RUNS = {
                                        "policy.burn_in=20"]),
     "eutopia": ("eutopia.yaml", ["population.n_male=150", "population.n_female=150", "episodes.count=2"]),
     "beta_belief": ("beta-belief-loans.yaml", ["population.size=100", "episodes.count=2", "episodes.horizon=10"]),
+    "infectious_disease": ("infectious-disease.yaml", ["episodes.count=2"]),
 }
 
 

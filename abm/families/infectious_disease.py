@@ -38,8 +38,9 @@ from abm.world import Lever, PolicyContext
 S, I, R = 0, 1, 2
 STATE_NAMES = ("susceptible", "infected", "recovered")
 OBS_FIELDS = ("infected_neighbours", "degree", "group")
-DEFAULT_EPISODES = {"count": 10, "horizon": 20.0, "decision_interval": 1.0, "review": "immediate"}
+DEFAULT_EPISODES = {"count": 200, "horizon": 20.0, "decision_interval": 1.0, "review": "immediate"}
 KARATE_SIZE = 34  # nx.karate_club_graph()
+DENSE_MAX = 1024  # graphs up to this many people also keep a dense adjacency matrix (4 MiB at most)
 
 
 class ContactGraph(Section):
@@ -191,8 +192,10 @@ class Scenario(steps.StepScenario):
         if cfg.generator == "edge_list" and Path(cfg.path).is_file():
             st = Path(cfg.path).stat()
             stamp = (st.st_mtime_ns, st.st_size)
-        try:
-            return build_contacts(cfg, self.seed, stamp)
+        seeded = cfg.generator == "sbm" or cfg.communities == "louvain" or \
+            (cfg.communities == "auto" and cfg.generator == "edge_list")
+        try:  # a graph that draws no random number is one cache entry whatever the seed (gym resets)
+            return build_contacts(cfg, self.seed if seeded else 0, stamp)
         except ValueError as exc:
             raise ValueError(f"graph.{exc}") from None
 
@@ -207,12 +210,19 @@ class Contacts:
     group: np.ndarray  # int16 community of each row
     names: tuple[str, ...]
     adjacency: Any  # scipy.sparse csr_array over rows, 0/1
+    dense: np.ndarray | None  # the same as an int32 matrix for small graphs (faster products), else None
     degree: np.ndarray
     centrality: np.ndarray  # eigenvector centrality per row (ml-fairness-gym's CentralityAgent)
 
     @property
     def n(self) -> int:
         return len(self.node)
+
+    def count_in(self, mask: np.ndarray) -> np.ndarray:
+        """Per row, how many of its neighbours ``mask`` marks (int)."""
+        if self.dense is not None:
+            return self.dense @ mask.astype(np.int32)
+        return (self.adjacency @ mask.astype(np.int64)).astype(np.int64)
 
 
 def _edges(cfg: ContactGraph, seed: int):
@@ -272,9 +282,10 @@ def build_contacts(cfg: ContactGraph, seed: int, stamp: tuple = ()) -> Contacts:
     centrality = np.array([abs(cent.get(int(v), 0.0)) for v in node])
     group = community[node].astype(np.int16)
     names = tuple(f"C{k}" for k in range(int(community.max()) + 1))
-    for arr in (node, row_of, group, degree, centrality):
+    dense = adj.toarray().astype(np.int32) if n <= DENSE_MAX else None
+    for arr in (node, row_of, group, degree, centrality) + (() if dense is None else (dense,)):
         arr.flags.writeable = False
-    return Contacts(node, row_of, group, names, adj, degree, centrality)
+    return Contacts(node, row_of, group, names, adj, dense, degree, centrality)
 
 
 # -- what the allocation baselines read ------------------------------------------------------------
@@ -290,6 +301,8 @@ class TreatmentContext(PolicyContext):
 
 
 TREAT, INFECT, RECOVER, WANE = kind_code("treat"), kind_code("infect"), kind_code("recover"), kind_code("wane")
+NEXT_STATE = np.array([I, R, S], np.int8)  # where each state moves: S -> I, I -> R, R -> S
+EVENT_OF_STATE = np.array([INFECT, RECOVER, WANE], np.int8)  # the event of leaving each state
 
 
 class World:
@@ -329,7 +342,13 @@ class World:
         self.profit_total = 0.0
         self.cumulative_return = 0.0
         self.days = 0
-        self._infected_nb = np.zeros(n)
+        # P(leaving state s today | k infected neighbours), row s * (max degree + 1) + k: S -> I with
+        # 1 - (1 - beta)^k, I -> R with gamma, R -> S with delta
+        d, k = sc.dynamics, np.arange(int(g.degree.max(initial=0)) + 1, dtype=float)
+        self._row_start = np.arange(3, dtype=np.int64) * len(k)  # by state (int64: no int8 overflow)
+        self._p_move = np.concatenate([1.0 - (1.0 - d.infection_probability) ** k,
+                                       np.full(len(k), d.recovery_probability), np.full(len(k), d.immunity_loss)])
+        self._infected_nb, self._n_infected = np.zeros(n, np.int64), 0
         self._start_outbreak()
 
     # -- the Bisimulator seam ----------------------------------------------------------------------
@@ -357,7 +376,9 @@ class World:
 
     # -- the disease ---------------------------------------------------------------------------------
     def _refresh(self) -> None:
-        self._infected_nb = self.graph.adjacency @ (self.cols["state"] == I).astype(float)
+        infected = self.cols["state"] == I
+        self._n_infected = int(np.count_nonzero(infected))
+        self._infected_nb = self.graph.count_in(infected)
 
     def _start_outbreak(self) -> None:
         o, g = self.sc.outbreak, self.graph
@@ -370,35 +391,33 @@ class World:
         for _ in range(o.burn_in):
             self._spread(count=False)
 
-    def _spread(self, count: bool = True) -> None:
-        """One day of the disease, every transition from the same state (ml-fairness-gym)."""
-        d = self.sc.dynamics
+    def _spread(self, count: bool = True, time: float | None = None) -> None:
+        """One day of the disease, every transition from the same state (ml-fairness-gym): one
+        uniform per person against its state's chance of moving on (S -> I: 1 - (1 - beta)^k,
+        I -> R: gamma, R -> S: delta)."""
         state = self.cols["state"]
         u = self.spread_rng.random(len(state))
-        p_inf = 1.0 - (1.0 - d.infection_probability) ** self._infected_nb
-        infect = (state == S) & (u < p_inf)
-        recover = (state == I) & (u < d.recovery_probability)
-        wane = (state == R) & (u < d.immunity_loss)
-        state[infect], state[recover], state[wane] = I, R, S
-        self._refresh()
+        move = u < self._p_move[self._row_start[state] + self._infected_nb]
+        moved = np.flatnonzero(move)
+        before = state[moved]
+        if len(moved):
+            state[moved] = NEXT_STATE[before]
+            self._refresh()
         if not count:
             return
-        grp = self.cols["group"]
-        self.cols["infections"][infect] += 1
-        new = np.bincount(grp[infect], minlength=self.n_groups)
-        self.ep["infections"] += new
-        self.cum["infections"] += new
-        healthy = float(np.count_nonzero(state != I)) / len(state)
-        self.profit_total += healthy
+        self.profit_total += 1.0 - self._n_infected / len(state)  # the day's healthy share
         self.model.bank.profit = self.profit_total
+        infect = moved[before == S]
+        if len(infect):
+            grp = self.cols["group"]
+            self.cols["infections"][infect] += 1
+            self.ep["infections"] += np.bincount(grp[infect], minlength=self.n_groups)
         log = self.model.log
         if log.enabled:
-            now, e = self.env.now, self.model.episode
-            for mask, kind in ((infect, INFECT), (recover, RECOVER), (wane, WANE)):
-                ids = np.flatnonzero(mask)
-                log.extend(now, e, ids, grp[ids], kind, np.nan, np.nan)
+            log.extend(self.env.now if time is None else time, self.model.episode, moved, self.cols["group"][moved], EVENT_OF_STATE[before],
+                       np.nan, np.nan)
         else:
-            log.skip(int(infect.sum() + recover.sum() + wane.sum()))
+            log.skip(len(moved))
 
     def start(self) -> None:
         self.env.process(self._days())
@@ -411,25 +430,40 @@ class World:
             day = self.days
             if day and day % horizon == 0 and self.sc.outbreak.restart:
                 self._start_outbreak()
-            if self.budget > 0:
-                cand = np.flatnonzero(self.cols["state"] == self.target)
-                if len(cand):
-                    cand = cand[self.order_rng.permutation(len(cand))]
-                    self._present(cand)
-                    model.submit_many(np.full(len(cand), env.now), cand)
-                    yield from model.review()
+            cand = np.flatnonzero(self.cols["state"] == self.target) if self.budget > 0 else ()
+            if len(cand):
+                cand = cand[self.order_rng.permutation(len(cand))]
+                self._present(cand)
+                model.submit_many(np.full(len(cand), env.now), cand)
+                yield from model.review()
+            elif self._no_candidates_can_come():  # the episode's other days in one go: the same days
+                last = (day // horizon + 1) * horizon
+                for d in range(day, last):
+                    self._spread(time=d + 0.5)
+                self.days = last
+                yield env.timeout(last - day)
+                continue
             self._spread()
             self.days += 1
             yield env.timeout(1.0)
+
+    def _no_candidates_can_come(self) -> bool:
+        """No candidate today, and none can appear before the outbreak restarts: none is ever dosed,
+        or the target state cannot be entered (S only by waning immunity, I only from an infected
+        neighbour)."""
+        if self.budget == 0:
+            return True
+        if self.target == S:
+            return self.sc.dynamics.immunity_loss == 0
+        return self._n_infected == 0
 
     def _present(self, cand: np.ndarray) -> None:
         at_risk = self._infected_nb[cand] > 0 if self.target == S else np.ones(len(cand), bool)
         self.cols["at_risk"][cand] = at_risk
         self.cols["candidacies"][cand] += 1
-        grp = self.cols["group"][cand]
-        for store in (self.ep, self.cum):
-            store["candidates"] += np.bincount(grp, minlength=self.n_groups)
-            store["at_risk"] += np.bincount(grp[at_risk], minlength=self.n_groups)
+        grp, ep = self.cols["group"][cand], self.ep
+        ep["candidates"] += np.bincount(grp, minlength=self.n_groups)
+        ep["at_risk"] += np.bincount(grp[at_risk], minlength=self.n_groups)
 
     # -- observations ----------------------------------------------------------------------------------
     def observe(self, idx: np.ndarray) -> np.ndarray:
@@ -472,23 +506,22 @@ class World:
 
     # -- decisions -------------------------------------------------------------------------------------
     def apply_decisions(self, idx, approved, probs, obs) -> None:
-        c, G = self.cols, self.n_groups
-        idx, approved = np.asarray(idx), np.asarray(approved, bool)
-        grp = c["group"][idx]
-        treated = idx[approved][: self.budget]  # the first approvals in the order shown
-        risky = c["at_risk"][idx] & approved
-        for store in (self.ep, self.cum):
-            store["approvals"] += np.bincount(grp[approved], minlength=G)
-            store["at_risk_approved"] += np.bincount(grp[risky], minlength=G)
-            store["treatments"] += np.bincount(c["group"][treated], minlength=G)
+        chosen = np.asarray(idx)[np.asarray(approved, bool)]
+        if not len(chosen):
+            return  # nobody approved: no count, dose or event changes
+        c, G, ep = self.cols, self.n_groups, self.ep
+        grp = c["group"]
+        treated = chosen[: self.budget]  # the first approvals in the order shown
+        ep["approvals"] += np.bincount(grp[chosen], minlength=G)
+        ep["at_risk_approved"] += np.bincount(grp[chosen[c["at_risk"][chosen]]], minlength=G)
+        ep["treatments"] += np.bincount(grp[treated], minlength=G)
         c["state"][treated] = R
         c["treatments"][treated] += 1
-        if self.target == I and len(treated):
+        if self.target == I:
             self._refresh()
         log = self.model.log
         if log.enabled:
-            log.extend(self.env.now, self.model.episode, treated, c["group"][treated], TREAT, np.nan,
-                       np.ones(len(treated)))
+            log.extend(self.env.now, self.model.episode, treated, grp[treated], TREAT, np.nan, np.ones(len(treated)))
         else:
             log.skip(len(treated))
 
@@ -534,7 +567,8 @@ class World:
                 "episode": self.model.episode}
 
     def end_episode(self, episode: int) -> None:
-        for v in self.ep.values():
+        for key, v in self.ep.items():  # the run's totals are the finished episodes' sums
+            self.cum[key] += v
             v[:] = 0
 
     # -- end of run ------------------------------------------------------------------------------------
