@@ -82,8 +82,14 @@ class PolicyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _known_policy(self) -> "PolicyConfig":
-        registry.validate_params(self.name, self.params)
+        params = registry.validate_params(self.name, self.params)
+        for name in getattr(params, "legacy_omitted", {}):  # a default that changed: written out
+            self.__pydantic_extra__.setdefault(name, getattr(params, name))
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler, info):
+        return legacy_omitted(handler(self), getattr(registry.get(self.name).Params, "legacy_omitted", {}), info)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -309,9 +315,22 @@ def scenario_to_dict(scenario: BaseModel) -> dict[str, Any]:
     return json.loads(scenario.model_dump_json())
 
 
+#: the serialisation context of a run's identity: a field whose default changed after runs were made
+#: leaves it at its old default (``legacy_omitted``), so an old run folder's id keeps meaning what it computed
+RUN_ID = {"run_id": True}
+
+
+def legacy_omitted(data: dict[str, Any], legacy: dict[str, Any], info) -> dict[str, Any]:
+    """``data`` (a dump) without the ``legacy`` fields that hold their old defaults, when it is a run id's."""
+    if not (info.context or {}).get("run_id"):
+        return data
+    return {k: v for k, v in data.items() if k not in legacy or v != legacy[k]}
+
+
 def config_hash(scenario: BaseModel) -> str:
     """Stable short hash of the fully resolved config: the run's identity."""
-    blob = json.dumps(scenario_to_dict(scenario), sort_keys=True, separators=(",", ":"))
+    data = json.loads(scenario.model_dump_json(context=RUN_ID))
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -55,17 +55,22 @@ class LenderParams(NoParams):
     load: str | None = Field(None, description="Start from this checkpoint (checkpoint.pt, its folder or a run folder).")
     load_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description=(
         "Expected SHA-256 of the checkpoint (set by `abm run --load`, so a run's identity follows the file)."))
-    credit: Literal["episode", "discounted"] = Field("episode", description=(
-        "episode: an episode's decisions are credited with that episode's reward only; discounted: with the "
-        "discounted return of the episodes that follow (sum_k gamma^k A_{e+k}), online through an "
-        "eligibility trace of the episodes' scores."))
+    credit: Literal["episode", "discounted"] = Field("discounted", description=(
+        "discounted: an episode's decisions are credited with the discounted return of the episodes that "
+        "follow (sum_k gamma^k A_{e+k}), online through an eligibility trace of the episodes' scores; "
+        "episode: with that episode's reward only (the older runs' reading)."))
     gamma: float = Field(0.9, ge=0, lt=1, description=(
         "credit: discounted - per-episode discount of later rewards (effective horizon 1 / (1 - gamma) episodes)."))
 
 
-#: parameters added after checkpoints were first written: left out of a checkpoint's config while
-#: all of them hold their defaults, so default runs write the same files as before
-_OMIT_AT_DEFAULT = ("credit", "gamma")
+    #: defaults that changed, with the old value: the run's config writes credit out, its run id
+    #: leaves it out at episode, which is what an omitted credit meant before (``abm.config.RUN_ID``)
+    legacy_omitted: ClassVar[dict[str, Any]] = {"credit": "episode"}
+
+
+#: parameters added after checkpoints were first written, with the values they had then: left out
+#: of a checkpoint's config while all of them hold those, so such runs write the same files as before
+_LEGACY = {"credit": "episode", "gamma": 0.9}
 
 
 class RewardBaseline:
@@ -279,9 +284,8 @@ class RLLender(Policy):
 
     def _params_dump(self) -> dict[str, Any]:
         dump = self.params.model_dump()
-        fields = type(self.params).model_fields
-        if all(dump[k] == fields[k].default for k in _OMIT_AT_DEFAULT):
-            for k in _OMIT_AT_DEFAULT:
+        if all(dump[k] == v for k, v in _LEGACY.items()):
+            for k in _LEGACY:
                 del dump[k]
         return dump
 

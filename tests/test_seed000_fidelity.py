@@ -4,20 +4,23 @@
   in one place and "tau_interest . l_i" (profit) in another. Either reading changes the bank's
   ledger only: for a policy that does not read profit, every decision, arrival and borrower's
   wealth is the same for a fixed seed, and the ledger check follows the reading.
-* ``dynamics.refit: prior``: a MAP fit around the published model, continuous in the decisions
-  (approving 99% and 100% publish nearly the same model; the default refit jumps).
-* New fields at their defaults leave the scenario's dump (and so run-folder names) unchanged.
+* ``dynamics.refit: prior`` (the default): a MAP fit around the published model, continuous in
+  the decisions (approving 99% and 100% publish nearly the same model; ``keep_single_class``,
+  the default before, jumps).
+* Run identity: ``revenue`` leaves the dump at its default, ``refit`` at its old default
+  (keep_single_class), so an old run folder's name still means what it computed.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from abm.config import config_hash, load_scenario, scenario_to_dict
+from abm.config import RUN_ID, config_hash, load_scenario, scenario_to_dict
 from abm.errors import InvariantError
 from abm.families import eutopia, loanly
 from abm.runner import execute
@@ -72,19 +75,25 @@ def test_revenue_reading_sets_the_break_even(eutopia_small):
         assert sim.policy.threshold == pytest.approx(threshold)
 
 
-def test_new_fields_at_their_defaults_keep_the_dump(eutopia_small):
-    plain = eutopia_small()
+def test_old_readings_keep_their_run_id_and_the_new_default_is_written(eutopia_small):
+    """revenue: interest and refit: keep_single_class (the refit's older reading) leave the run
+    id, as they did when keep_single_class was the default; the scenario's dump writes the refit
+    out (a run folder's scenario.yaml reloads as what it ran) and the default refit enters the id."""
+    old = eutopia_small("dynamics.refit=keep_single_class")
     written = eutopia_small("population.revenue=interest", "dynamics.refit=keep_single_class",
                             "dynamics.refit_prior=1.0")
-    data = scenario_to_dict(plain)
-    assert "revenue" not in data["population"]
-    assert "refit" not in data["dynamics"] and "refit_prior" not in data["dynamics"]
-    assert config_hash(plain) == config_hash(written)
+    run_id = json.loads(old.model_dump_json(context=RUN_ID))
+    assert "revenue" not in run_id["population"]
+    assert "refit" not in run_id["dynamics"] and "refit_prior" not in run_id["dynamics"]
+    assert scenario_to_dict(old)["dynamics"]["refit"] == "keep_single_class"
+    assert config_hash(old) == config_hash(written)
+    default = json.loads(eutopia_small().model_dump_json(context=RUN_ID))
+    assert default["dynamics"]["refit"] == "prior" and "refit_prior" not in default["dynamics"]
     other = eutopia_small(PPI, "dynamics.refit=prior", "dynamics.refit_prior=2.0")
     data = scenario_to_dict(other)
     assert data["population"]["revenue"] == "principal_plus_interest"
     assert data["dynamics"]["refit"] == "prior" and data["dynamics"]["refit_prior"] == 2.0
-    assert config_hash(other) != config_hash(plain)
+    assert len({config_hash(other), config_hash(old), config_hash(eutopia_small())}) == 3
 
 
 # -- the continuous refit -----------------------------------------------------------------------
@@ -101,7 +110,7 @@ def population():
 def test_prior_refit_is_continuous_in_the_approval_share(population, n):
     """Approving 99% vs 100% of n applicants: the prior refit publishes nearly the same model
     (tolerance: the published scores sigma(h_theta) of all 6,000 applicants differ by at most
-    0.05, their mean by at most 0.015); the default refit jumps (mean score 0.99 vs LOANLY's
+    0.05, their mean by at most 0.015); keep_single_class jumps (mean score 0.99 vs LOANLY's
     0.13, since an all-approve episode keeps the initial model)."""
     wealth, group, model = population
     rng = np.random.default_rng(n)
@@ -114,7 +123,7 @@ def test_prior_refit_is_continuous_in_the_approval_share(population, n):
     b = loanly.fit_approval_model_prior(w, g, most, model, 1.0).prob(wealth, group)
     assert np.max(np.abs(a - b)) <= 0.05
     assert abs(a.mean() - b.mean()) <= 0.015
-    # the default rule: 100% keeps LOANLY's model, 99% publishes ~0.99 for everyone
+    # keep_single_class: 100% keeps LOANLY's model, 99% publishes ~0.99 for everyone
     assert loanly.fit_approval_model(w, g, all_yes, model.wealth_mean, model.wealth_std) is None
     old = loanly.fit_approval_model(w, g, most, model.wealth_mean, model.wealth_std).prob(wealth, group)
     assert old.mean() - model.prob(wealth, group).mean() > 0.5
@@ -143,12 +152,13 @@ def test_prior_refit_is_the_map_estimate(population):
 
 
 def test_prior_refit_in_a_run(eutopia_small):
-    """approve_all: the default refit keeps LOANLY's model; the prior refit raises the published
-    scores, and random(p = 0.99) then gets nearly the same published model as approve_all."""
-    keep = execute(eutopia_small())[0].world.approval
-    prior_all = execute(eutopia_small("dynamics.refit=prior"))[0]
-    prior_99 = execute(eutopia_small("dynamics.refit=prior", "policy.name=random", "policy.p=0.99"))[0]
-    old_99 = execute(eutopia_small("policy.name=random", "policy.p=0.99"))[0]
+    """approve_all: keep_single_class keeps LOANLY's model; the prior refit (the default) raises
+    the published scores, and random(p = 0.99) then gets nearly the same published model as
+    approve_all."""
+    keep = execute(eutopia_small("dynamics.refit=keep_single_class"))[0].world.approval
+    prior_all = execute(eutopia_small())[0]
+    prior_99 = execute(eutopia_small("policy.name=random", "policy.p=0.99"))[0]
+    old_99 = execute(eutopia_small("dynamics.refit=keep_single_class", "policy.name=random", "policy.p=0.99"))[0]
     w = prior_all.world.cols["initial_wealth"]
     g = prior_all.world.cols["group"]
     s_keep = keep.prob(w, g).mean()
@@ -157,4 +167,4 @@ def test_prior_refit_in_a_run(eutopia_small):
     s_old99 = old_99.world.approval.prob(w, g).mean()
     assert s_all > s_keep + 0.3
     assert abs(s_all - s_99) < 0.05
-    assert s_old99 - s_keep > 0.5  # the jump of the default refit
+    assert s_old99 - s_keep > 0.5  # the jump of keep_single_class

@@ -20,10 +20,11 @@ import pandas as pd
 import simpy
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
-from abm.config import ScenarioBase, Section
+from abm.config import ScenarioBase, Section, legacy_omitted
 from abm.errors import InvariantError, UserError
 from abm.eventlog import EventKind
 from abm.families import loanly
+from abm.families.steps import omit_defaults
 from abm.families.eutopia_arrivals import BlockArrivals
 from abm.families.eutopia_likelihood import ApplicationScore
 from abm.families.network import NetworkConfig, SocialTies, check_scenario as check_network, dump as dump_network
@@ -40,17 +41,6 @@ OBS_FIELDS = (
 OBS_SCALE = {"wealth": WEALTH_SCALE, "mean_wealth_M": WEALTH_SCALE, "mean_wealth_F": WEALTH_SCALE,
              "loan_amount": LOAN_SCALE}
 REGIMES = {"pretraining": (0.02, 0.15), "evaluation": (0.14, 0.16)}
-
-
-def omit_defaults(section, data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """Drop ``names`` from a section's dump while they hold their defaults, so a field added
-    later leaves the dump, and with it the config hash and run-folder names, of every run that
-    does not set it unchanged."""
-    fields = type(section).model_fields
-    for name in names:
-        if name in data and getattr(section, name) == fields[name].default:
-            del data[name]
-    return data
 
 
 class LoanlyPopulation(Section):
@@ -136,16 +126,17 @@ class EutopiaDynamics(Section):
     approval_model: Literal["refit", "frozen"] = Field(
         "refit", description="refit: at each episode end the published approval model is refit on the bank's decisions.")
     refit_min_decisions: int = Field(10, ge=2, le=10**9, description="Fewer decisions than this in an episode: keep the model.")
-    refit: Literal["keep_single_class", "prior"] = Field("keep_single_class", description=(
-        "keep_single_class: logistic fit (C = 1) of the episode's decisions, the model kept when they are all "
-        "one class; prior: a MAP logistic fit with a Gaussian prior centred on the published model "
-        "(precision refit_prior), continuous in the decisions."))
+    refit: Literal["keep_single_class", "prior"] = Field("prior", description=(
+        "prior: a MAP logistic fit with a Gaussian prior centred on the published model (precision "
+        "refit_prior), continuous in the decisions; keep_single_class: logistic fit (C = 1) of the "
+        "episode's decisions, the model kept when they are all one class (the older runs' reading)."))
     refit_prior: float = Field(1.0, gt=0, le=1e9, description=(
         "refit: prior - precision of the prior on (theta_g, theta_x, b) around the published model."))
 
     @model_serializer(mode="wrap")
-    def _dump(self, handler):
-        return omit_defaults(self, handler(self), ("refit", "refit_prior"))
+    def _dump(self, handler, info):
+        # refit's default was keep_single_class: a run id leaves that out, as it did then
+        return legacy_omitted(omit_defaults(self, handler(self), ("refit_prior",)), {"refit": "keep_single_class"}, info)
 
 
 class Scenario(ScenarioBase):
