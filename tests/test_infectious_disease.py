@@ -259,3 +259,15 @@ def test_bad_input_is_refused_in_one_line(tmp_path, sets, needle):
 def test_the_baselines_are_refused_elsewhere():
     one_line_error(["validate", str(ROOT / "scenarios" / "lending-credit.yaml"), "--set", "policy.name=most_connected"],
                    "most_connected", "treatment_budget")
+
+
+def test_a_fair_learner_trains_on_it_and_reads_the_at_risk_signal():
+    """A-PPO, whose advantage reads the true outcome (at risk), stands in the suite for the
+    decision_env methods (benchmarks/golden.py runs the full Bisimulator on this family)."""
+    pytest.importorskip("torch")
+    sc = resolve_scenario(str(SCENARIO), policy="a_ppo", episodes=1,
+                          overrides=["policy.total_timesteps=256", "policy.n_steps=128", "policy.backend=lean"])
+    sim = simulation(sc)
+    sim.run()
+    assert sim.policy.learner.num_timesteps == 256 and 0.0 <= sim.policy.state()["recall_gap"] <= 1.0
+    assert sim.episode_rows[-1]["treatments"] <= 20
