@@ -125,7 +125,7 @@ class Scenario(steps.StepScenario):
     live_parameters: ClassVar[tuple] = (
         ("dynamics.infection_probability", "infection probability beta", 0.0, 1.0, 0.05),
         ("dynamics.recovery_probability", "recovery probability gamma", 0.0, 0.5, 0.005),
-        ("treatment.budget", "doses per day", 0.0, 10.0, 1.0))
+        ("treatment.budget", "doses per day", 0, 10, 1))  # whole numbers: an integer slider
     live_plots: ClassVar[tuple[str, ...]] = ("infection_rate", "benefit_gap", "healthy_share", "cumulative_profit")
     observation_definitions: ClassVar[dict[str, str]] = {
         "infected_neighbours": "The candidate's infected neighbours today (times observation.infection_weight).",
