@@ -84,6 +84,13 @@ CASES["attention"] = ("attention-allocation.yaml", ATT)
 CASES["attention-harder-uniform"] = ("attention-allocation-harder.yaml", ATT + ["policy.name=uniform_allocation"])
 CASES["attention-elbert-lean"] = ("attention-allocation.yaml", ATT + ["policy.name=elbert_po",
                                                                        "policy.total_timesteps=1024"] + LEAN)
+# infectious_disease: the greedy baseline, the uniform one on an SBM, the full Bisimulator (its lever, live probes)
+INF = ["episodes.count=3"]
+CASES["infectious"] = ("infectious-disease.yaml", INF)
+CASES["infectious-sbm-uniform"] = ("infectious-disease.yaml", INF + ["graph.generator=sbm", "graph.sizes=[30, 20]",
+                                                                      "policy.name=uniform_treatment"])
+CASES["infectious-bisim-phase"] = ("infectious-disease.yaml", INF + ["policy.name=bisim_ppo", "policy.total_timesteps=1024"]
+                                   + LEAN + PHASE)
 
 DROP = ("wall_seconds", "code_fingerprint")
 
