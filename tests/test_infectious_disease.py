@@ -135,13 +135,14 @@ def test_treatment_comes_before_the_spread(tmp_path):
 def test_population_is_conserved_and_the_run_is_deterministic():
     """test_rng_initialized_correctly / test_param_equality_correct: here every stream is seeded
     from the scenario; the same scenario gives the same run, and S + I + R is the population."""
-    rows = []
+    rows, agents = [], []
     for _ in range(2):
         sim = simulation(resolve_scenario(str(SCENARIO), policy="uniform_treatment", episodes=3))
         rows.append(sim.run())
         counts = np.bincount(sim.world.cols["state"], minlength=3)
-        assert counts.sum() == 34 == len(sim.world.agents_table())
-    assert rows[0] == rows[1]
+        agents.append(sim.world.agents_table())
+        assert counts.sum() == 34 == len(agents[-1])
+    assert rows[0] == rows[1] and agents[0].equals(agents[1])  # eigenvector centrality to the last bit
 
 
 # -- the budget, the baselines and the signals -------------------------------------------------------

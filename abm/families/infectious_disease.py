@@ -243,6 +243,23 @@ def _edges(cfg: ContactGraph, seed: int):
     return G, None
 
 
+def _eigenvector_centrality(adj) -> np.ndarray:
+    """The leading eigenvector of the adjacency matrix, non-negative with unit norm (networkx's
+    ``eigenvector_centrality``), computed deterministically: numpy's ``eigh`` for a small graph,
+    ARPACK from a fixed start vector for a large one (networkx's ARPACK start is random)."""
+    n = adj.shape[0]
+    if adj.nnz == 0:
+        return np.zeros(n)
+    if n <= DENSE_MAX:
+        vector = np.linalg.eigh(adj.toarray())[1][:, -1]
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        vector = eigsh(adj.astype(float), k=1, which="LA", v0=np.ones(n), tol=1e-10)[1][:, 0]
+    vector = np.abs(vector)
+    return vector / np.linalg.norm(vector)
+
+
 @functools.lru_cache(maxsize=4)
 def build_contacts(cfg: ContactGraph, seed: int, stamp: tuple = ()) -> Contacts:
     """The scenario's graph and communities (cached: validating and building a world read it once)."""
@@ -275,11 +292,7 @@ def build_contacts(cfg: ContactGraph, seed: int, stamp: tuple = ()) -> Contacts:
     a, b = row_of[edges[:, 0]], row_of[edges[:, 1]]
     adj = csr_array((np.ones(2 * len(a)), (np.concatenate([a, b]), np.concatenate([b, a]))), shape=(n, n))
     degree = np.diff(adj.indptr).astype(np.int64)
-    try:
-        cent = nx.eigenvector_centrality_numpy(G) if G.number_of_edges() else {}
-    except (nx.NetworkXException, ArithmeticError, ValueError):  # no convergence: degree centrality instead
-        cent = nx.degree_centrality(G)
-    centrality = np.array([abs(cent.get(int(v), 0.0)) for v in node])
+    centrality = _eigenvector_centrality(adj)
     group = community[node].astype(np.int16)
     names = tuple(f"C{k}" for k in range(int(community.max()) + 1))
     dense = adj.toarray().astype(np.int32) if n <= DENSE_MAX else None
