@@ -151,7 +151,8 @@ class Simulation(mesa.Model):
         self.world: World = world_factory(self)
         # worlds that sample arrivals in blocks commit those up to now before each review
         self._collect_arrivals = self.world.collect_arrivals if isinstance(self.world, BlockArrivals) else None
-        self.log = EventLog(enabled=enabled, group_names=list(self.world.group_names), state=scenario.state)
+        self.log = EventLog(enabled=enabled, group_names=list(self.world.group_names), state=scenario.state,
+                           family=scenario.family)
         self._group_names = tuple(self.world.group_names)  # the policy's ``info.group_names``
         self._agent_ids = itertools.count(1)  # Mesa's unique_id of this model's agents (see _numbering)
         with self._numbering():

@@ -35,8 +35,10 @@ class EventKind(enum.IntEnum):
     DEFAULT = 4
 
 
-#: the ``kind`` categories: core kinds, then the families' own (codes follow this order); the
-#: registry's list, which registering a family's kinds extends in place
+#: every registered kind, core kinds first (the in-process codes follow this order); the
+#: registry's list, which registering a family's kinds extends in place. A log's ``kind``
+#: categories are the core kinds and its own family's only, so a run's file does not depend on
+#: which other families (a plugin, a new built-in) this process has registered.
 KIND_NAMES = registry.KIND_NAMES
 
 
@@ -69,9 +71,11 @@ class EventLog:
     ``columns()``, so a decision batch costs one list append whatever its size.
     """
 
-    def __init__(self, enabled: bool = True, group_names: list[str] | None = None, state: str = "wealth"):
+    def __init__(self, enabled: bool = True, group_names: list[str] | None = None, state: str = "wealth",
+                 family: str | None = None):
         self.enabled = enabled
         self.group_names = group_names or []
+        self.family = family  # its kinds (registry.FAMILY_EVENT_KINDS) are this log's categories
         self.state_column = f"{state}_after"
         self.names = [self.state_column if c == STATE_AFTER else c for c in COLUMNS]  # the columns' names
         self._batches: list[tuple] = []  # (n, time, episode, agent_id, group, kind, amount, state, prob)
@@ -132,7 +136,13 @@ class EventLog:
     def to_frame(self) -> pd.DataFrame:
         cols = self.columns()
         frame = pd.DataFrame(cols)
-        frame["kind"] = pd.Categorical.from_codes(cols["kind"], categories=KIND_NAMES)
+        own = {*registry.CORE_EVENT_KINDS, *registry.FAMILY_EVENT_KINDS.get(self.family, ())}
+        present = np.zeros(len(KIND_NAMES), bool)
+        present[np.unique(cols["kind"])] = True  # (a kind logged by another family's code, if any)
+        keep = [i for i, k in enumerate(KIND_NAMES) if k in own or present[i]]
+        local = np.full(len(KIND_NAMES), -1, np.int8)  # in-process code -> this log's category
+        local[keep] = np.arange(len(keep))
+        frame["kind"] = pd.Categorical.from_codes(local[cols["kind"]], categories=[KIND_NAMES[i] for i in keep])
         if self.group_names:
             frame["group"] = pd.Categorical.from_codes(cols["group"], categories=self.group_names)
         return frame

@@ -49,3 +49,24 @@ def test_disabled_log_counts_but_keeps_nothing():
     log.extend(0.2, 0, np.array([1, 2]), np.array([0, 0]), EventKind.APPROVE)
     assert log.count == 3
     assert all(len(v) == 0 for v in log.columns().values())
+
+
+def test_a_logs_kind_categories_are_the_core_and_its_own_familys_only():
+    """A run file does not depend on which other families the process has registered: a credit
+    run's ``kind`` categories are the core kinds, admissions' add its own (in registry order)."""
+    import abm.families.admissions  # noqa: F401  (registers admit, manipulate, leave)
+    from abm.eventlog import kind_code
+    from abm.registry import CORE_EVENT_KINDS
+
+    credit = EventLog(family="credit_score")
+    credit.add(0.5, 0, 7, 0, EventKind.APPLY)
+    assert list(credit.to_frame()["kind"].cat.categories) == list(CORE_EVENT_KINDS)
+    adm = EventLog(family="admissions")
+    adm.add(0.5, 0, 7, 0, kind_code("manipulate"))
+    adm.add(0.6, 0, 7, 0, EventKind.APPROVE)
+    kinds = adm.to_frame()["kind"]
+    assert list(kinds.cat.categories) == [*CORE_EVENT_KINDS, "admit", "manipulate", "leave"]
+    assert kinds.astype(str).tolist() == ["manipulate", "approve"]
+    stray = EventLog(family="credit_score")  # a kind of another family's, logged anyway, is kept
+    stray.add(0.5, 0, 7, 0, kind_code("leave"))
+    assert stray.to_frame()["kind"].astype(str).tolist() == ["leave"]
