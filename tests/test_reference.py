@@ -195,6 +195,7 @@ METRIC_RUNS = {
     "eutopia": ("eutopia.yaml", ["population.n_male=150", "population.n_female=150", "episodes.count=2"]),
     "beta_belief": ("beta-belief-loans.yaml", ["population.size=100", "episodes.count=2", "episodes.horizon=10"]),
     "infectious_disease": ("infectious-disease.yaml", ["episodes.count=2"]),
+    "attention_allocation": ("attention-allocation-harder.yaml", ["episodes.count=2"]),
 }
 
 
