@@ -129,6 +129,8 @@ class ScenarioBase(Section):
                      docs/metrics.md is generated from them (with ``ENGINE_METRICS``, the columns
                      every run has), and a test checks every column a run writes has one.
     observation_definitions  observation field (the world's ``obs_fields``) -> one-line definition
+    benchmark        (reward, fairness gap): the two metric columns a study across environments
+                     reports for it (``abm.reports.benchmark``)
     """
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
@@ -140,6 +142,7 @@ class ScenarioBase(Section):
     live_plots: ClassVar[tuple[str, ...]] = ("mean_wealth", "wealth_gap", "cumulative_profit", "reach")
     metric_definitions: ClassVar[dict[str, tuple[str, str]]] = {}
     observation_definitions: ClassVar[dict[str, str]] = {}
+    benchmark: ClassVar[tuple[str, str]] = ("return", "recall_gap")
 
     name: str = Field("scenario", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
                       description="Short name used in run-folder names.")

@@ -94,6 +94,7 @@ class AttentionRewards(Section):
 
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
+    benchmark: ClassVar[tuple[str, str]] = ("return", "discovery_gap")  # (reward, fairness gap) across environments
     capabilities: ClassVar[frozenset[str]] = frozenset({"decision_env", "attention_budget"})
     state: ClassVar[str] = "rate"  # a site's incident rate: events' rate_after, agents' initial_/final_rate
     units: ClassVar[dict[str, str]] = {"wealth": "incident rate (per step)", "wealth_unit": "incidents per step",

@@ -118,6 +118,7 @@ class InfectionObservation(Section):
 
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
+    benchmark: ClassVar[tuple[str, str]] = ("return", "benefit_gap")  # (reward, fairness gap) across environments
     capabilities: ClassVar[frozenset[str]] = frozenset({"decision_env", "treatment_budget"})
     units: ClassVar[dict[str, str]] = {"wealth": "healthy share", "wealth_unit": "share", "money": "healthy-share days",
                                        "score": "infected neighbours"}

@@ -5,6 +5,7 @@
     seed000  seed 000's Figure 3 and Tables 2-3 (Eutopia lenders and learners)
     seed001  seed 001's Figure-1 tables (the fair-MDP planners on the beta-belief family)
     seed002  seed 002's Tables 1, 2 and 5 (deep fair RL on the score families)
+    benchmark  a study across environments (families): reward and fairness gap per method
 
 Every paper module has the same interface, ``applies(folder) -> bool`` and
 ``write(folder, out) -> list[Path]``; ``PAPERS`` below is the one place that lists them, and
@@ -20,11 +21,11 @@ import uuid
 from pathlib import Path
 
 from abm.errors import UserError
-from abm.reports import figures, seed000, seed001, seed002
+from abm.reports import benchmark, figures, seed000, seed001, seed002
 from abm.reports.run import print_run_summary, render_run, to_markdown
 from abm.reports.study import PaperReport, is_study_folder, render_study
 
-PAPERS: tuple[PaperReport, ...] = (seed000, seed001, seed002)
+PAPERS: tuple[PaperReport, ...] = (seed000, seed001, seed002, benchmark)
 
 
 def render_report(folder: str | Path, frontier: tuple[str, str] | None = None, formats=("png",),

@@ -636,9 +636,12 @@ def state_paths(folder: str | Path, family: str | None = None) -> tuple[np.ndarr
     if not (folder / "events.parquet").is_file() or not (folder / "agents.parquet").is_file():
         return None
     state = family_state(family, folder)
+    events_names = pq.read_schema(folder / "events.parquet").names
+    if f"{state}_after" not in events_names and not legacy_state_names(state, events_names):
+        state = family_state(None, folder)  # a run of another family (a study across environments)
     initial, after = f"initial_{state}", f"{state}_after"
     initial = legacy_state_names(state, pq.read_schema(folder / "agents.parquet").names).get(initial, initial)
-    after = legacy_state_names(state, pq.read_schema(folder / "events.parquet").names).get(after, after)
+    after = legacy_state_names(state, events_names).get(after, after)
     agents = pq.read_table(folder / "agents.parquet", columns=["agent_id", "group", initial]).to_pandas()
     n_ep = pq.read_metadata(folder / "episodes.parquet").num_rows
     ev = pq.read_table(folder / "events.parquet", columns=["time", "episode", "agent_id", after]).to_pandas()

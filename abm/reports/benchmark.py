@@ -1,0 +1,115 @@
+"""A study across environments (its groups name bases of different families, e.g.
+``scenarios/studies/benchmark.yaml``): one table per environment, one row per method, the
+family's reward and fairness gap (its ``Scenario.benchmark``) as mean ± 95% CI over the seeded
+runs, and one figure of the methods' fairness-reward frontier per environment.
+
+Each run contributes its final episode, averaged with its further evaluation episodes where the
+policy ran some (as seed 002's tables: ``seed002.final_rows``). Written as
+``report/benchmark.md``, ``benchmark.csv`` and ``benchmark_frontier.png``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from abm import registry
+from abm.reports import figures as fig
+from abm.reports.seed002 import final_rows, mean_ci, study_group_column
+from abm.study.aggregate import read_manifest
+
+
+def environments(folder: str | Path) -> dict[str, str]:
+    """Study group -> the family its runs simulate (from the manifest's resolved scenarios)."""
+    out: dict[str, str] = {}
+    for spec in read_manifest(Path(folder)).get("runs", []):
+        family = (spec.get("scenario") or {}).get("family")
+        for group in spec.get("groups", []):
+            if family:
+                out.setdefault(str(group), str(family))
+    return out
+
+
+def headline(family: str) -> tuple[str, str]:
+    """The family's (reward, fairness gap) metric names: its ``Scenario.benchmark``."""
+    return tuple(registry.family_module(family).Scenario.benchmark)
+
+
+def _study(folder: str | Path) -> pd.DataFrame | None:
+    path = Path(folder) / "study.parquet"
+    return pd.read_parquet(path) if path.is_file() else None
+
+
+def applies(folder: str | Path) -> bool:
+    """Whether the study compares methods on more than one family."""
+    try:
+        return _study(folder) is not None and len(set(environments(folder).values())) > 1
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def table(folder: str | Path) -> pd.DataFrame:
+    """One row per environment and method: reward and gap, mean and 95% half-width, seeds."""
+    study = _study(folder)
+    final = final_rows(study, folder)
+    column = study_group_column(final)
+    rows = []
+    for env, family in environments(folder).items():
+        reward, gap = headline(family)
+        part = final[final[column].astype(str) == env]
+        for config, runs in part.groupby("config", sort=False):
+            r, rh = mean_ci(runs[reward]) if reward in runs else (float("nan"),) * 2
+            g, gh = mean_ci(runs[gap]) if gap in runs else (float("nan"),) * 2
+            rows.append({"environment": env, "family": family, "method": str(config), "reward_metric": reward,
+                         "reward": r, "reward_ci": rh, "gap_metric": gap, "gap": g, "gap_ci": gh,
+                         "seeds": len(runs)})
+    return pd.DataFrame(rows)
+
+
+def _cell(mean: float, half: float) -> str:
+    if pd.isna(mean):
+        return "n/a"
+    return f"{mean:.3g} ± {half:.2g}" if pd.notna(half) else f"{mean:.3g}"
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    lines = ["# Benchmark across environments", "",
+             "Final episode of every run (the mean over its evaluation episodes where it ran several); mean ± "
+             "half-width of the 95% CI (Student t, n - 1 d.f.) over the seeded runs.", ""]
+    for env, part in frame.groupby("environment", sort=False):
+        reward, gap = part["reward_metric"].iloc[0], part["gap_metric"].iloc[0]
+        lines += [f"## {env} ({part['family'].iloc[0]})", "", f"| method | {reward} | {gap} | seeds |", "|---|---|---|---|"]
+        lines += [f"| {r.method} | {_cell(r.reward, r.reward_ci)} | {_cell(r.gap, r.gap_ci)} | {r.seeds} |"
+                  for r in part.itertuples()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(folder: str | Path, out: str | Path) -> list[Path]:
+    frame = table(folder)
+    if frame.empty:
+        return []
+    out = Path(out)
+    frame.to_csv(out / "benchmark.csv", index=False)
+    (out / "benchmark.md").write_text(markdown(frame))
+    return [out / "benchmark.csv", out / "benchmark.md"]
+
+
+def figures(folder: str | Path) -> list:
+    """One frontier panel per environment: the family's gap (x) against its reward (y)."""
+    study = _study(folder)
+    column = study_group_column(study)
+    panels = []
+    for env, family in environments(folder).items():
+        reward, gap = headline(family)
+        part = study[study[column].astype(str) == env]
+        if part.empty or reward not in part or gap not in part:
+            continue
+        spec = fig.frontier(part, gap, reward, family=family)
+        spec.title = f"{env}: {spec.title}"
+        panels.append(spec)
+    if not panels:
+        return []
+    return [fig.Panels("benchmark_frontier", "Fairness-reward frontier per environment", panels,
+                       ncols=min(2, len(panels)), caption=panels[0].caption)]

@@ -1,0 +1,64 @@
+"""A study across environments (groups with their own base scenario, another family each): the
+benchmark report's per-environment table of each family's reward and fairness gap, and its
+frontier figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from abm.reports import benchmark, render
+from abm.study import run_study, study_from_dict
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+@pytest.fixture(scope="module")
+def cross_study(tmp_path_factory):
+    doc = {
+        "study": {"name": "bench", "seed": 5, "seeds": 2},
+        "base": str(SCENARIOS / "lending-credit.yaml"),
+        "groups": {
+            "lending": {"overrides": {"population.size": 100, "episodes.count": 2, "episodes.horizon": 100},
+                        "policies": [{"name": "max_util"}, {"name": "approve_all"}]},
+            "attention": {"base": str(SCENARIOS / "attention-allocation.yaml"),
+                          "overrides": {"episodes.count": 2, "episodes.horizon": 20},
+                          "policies": [{"name": "greedy_allocation"}, {"name": "uniform_allocation"}]},
+        },
+    }
+    folder = tmp_path_factory.mktemp("bench") / "out"
+    run_study(study_from_dict(doc, "bench"), folder, workers=0, quiet=True)
+    return folder
+
+
+def test_the_report_tables_each_environments_own_reward_and_gap(cross_study):
+    assert benchmark.applies(cross_study)
+    assert benchmark.environments(cross_study) == {"lending": "credit_score", "attention": "attention_allocation"}
+    frame = benchmark.table(cross_study)
+    assert set(zip(frame["environment"], frame["gap_metric"])) == {("lending", "recall_gap"),
+                                                                   ("attention", "discovery_gap")}
+    assert (frame["seeds"] == 2).all() and len(frame) == 4
+    study = pd.read_parquet(cross_study / "study.parquet")
+    last = study[study["episode"] == study["episode"].max()]
+    row = frame[(frame["environment"] == "attention") & (frame["method"] == "uniform_allocation")].iloc[0]
+    values = last[(last["study_group"] == "attention") & (last["config"] == "uniform_allocation")]["return"]
+    assert row["reward"] == pytest.approx(values.mean())
+    half = 12.706 * values.std(ddof=1) / np.sqrt(2)  # Student t, 1 d.f.
+    assert row["reward_ci"] == pytest.approx(half, rel=1e-3)
+    out = render(cross_study)
+    text = (out / "benchmark.md").read_text()
+    assert "## lending (credit_score)" in text and "## attention (attention_allocation)" in text
+    assert "| method | return | discovery_gap | seeds |" in text
+    assert (out / "benchmark_frontier.png").stat().st_size > 5000
+
+
+def test_a_study_of_one_family_gets_no_benchmark_report(tmp_path):
+    doc = {"study": {"name": "one", "seed": 1, "seeds": 1}, "base": str(SCENARIOS / "lending-credit.yaml"),
+           "overrides": {"population.size": 100, "episodes.count": 1, "episodes.horizon": 50},
+           "policies": [{"name": "approve_all"}]}
+    run_study(study_from_dict(doc, "one"), tmp_path / "one", workers=0, quiet=True)
+    assert not benchmark.applies(tmp_path / "one")
+    assert not (render(tmp_path / "one") / "benchmark.md").exists()
