@@ -45,7 +45,17 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
 
 @pytest.fixture
 def cli():
-    return run_cli
+    """``abm ARGS`` as the console script reports it (a CompletedProcess), run in this process
+    (the same ``abm.cli.main``, without a second interpreter's start-up); ``cwd=`` still runs a
+    subprocess. Tests of what needs a fresh interpreter (signals, plugins' PYTHONPATH) use
+    ``run_cli`` or ``abm_cli``."""
+    def run(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+        if cwd is not None:
+            return run_cli(*args, cwd=cwd, timeout=timeout)
+        code, out, err = call_in_process(*args)
+        return subprocess.CompletedProcess([sys.executable, "-m", "abm.cli", *args], code, out, err)
+
+    return run
 
 
 def call_in_process(*args: str) -> tuple[int, str, str]:
