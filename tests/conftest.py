@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,11 @@ def call_in_process(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     argv, sys.argv = sys.argv, ["abm", *args]
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()  # Python's own start-up filters, not pytest's: what a user's terminal shows
+            for action, category in PYTHON_WARNING_FILTERS:
+                warnings.simplefilter(action, category, append=True)
             try:
                 abm_cli.main()
                 code = 0
@@ -74,7 +79,13 @@ def call_in_process(*args: str) -> tuple[int, str, str]:
                 code = exc.code if isinstance(exc.code, int) else 1
     finally:
         sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
+    shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in caught)
+    return code, out.getvalue(), err.getvalue() + shown
+
+
+#: the warning filters a fresh interpreter starts with (``python -W`` not given)
+PYTHON_WARNING_FILTERS = (("ignore", DeprecationWarning), ("ignore", PendingDeprecationWarning),
+                          ("ignore", ImportWarning), ("ignore", ResourceWarning), ("default", Warning))
 
 
 def one_line_error(args, *needles: str) -> str:

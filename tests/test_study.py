@@ -410,9 +410,9 @@ def test_study_table_summary_and_report(serial_study):
 
 
 def test_paper_reports_share_one_interface_and_each_applies_to_its_own_studies(tmp_path):
-    from abm.reports import PAPERS, seed000, seed001, seed002
+    from abm.reports import PAPERS, benchmark, seed000, seed001, seed002
 
-    assert PAPERS == (seed000, seed001, seed002)
+    assert PAPERS == (seed000, seed001, seed002, benchmark)
     rows = []
     for label in ("race_blind", "fair_lp(constraint=dp)", "fair_lp(constraint=eo)"):
         for episode in (0, 1):
@@ -426,9 +426,9 @@ def test_paper_reports_share_one_interface_and_each_applies_to_its_own_studies(t
     pd.DataFrame(rows).to_parquet(fig1 / "study.parquet")
     pd.DataFrame({"run_id": ["a", "a"], "policy": ["oracle"] * 2, "episode": [0, 1],
                   "wealth_gap": [1.0, 2.0]}).to_parquet(eutopia / "study.parquet")
-    assert [p.applies(fig1) for p in PAPERS] == [False, True, False]
-    assert [p.applies(eutopia) for p in PAPERS] == [True, False, False]
-    assert [p.applies(empty) for p in PAPERS] == [False, False, False]
+    assert [p.applies(fig1) for p in PAPERS] == [False, True, False, False]
+    assert [p.applies(eutopia) for p in PAPERS] == [True, False, False, False]
+    assert [p.applies(empty) for p in PAPERS] == [False, False, False, False]
     assert all(p.write(empty, empty) == [] for p in PAPERS)
     (written,) = seed001.write(fig1, fig1)
     assert written.name == "seed001_tables.md" and "| race-blind | 0.080000 |" in written.read_text()

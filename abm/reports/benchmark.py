@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from abm import registry
+from abm.errors import UserError
 from abm.reports import figures as fig
 from abm.reports.seed002 import final_rows, mean_ci, study_group_column
 from abm.study.aggregate import read_manifest
@@ -45,7 +46,7 @@ def applies(folder: str | Path) -> bool:
     """Whether the study compares methods on more than one family."""
     try:
         return _study(folder) is not None and len(set(environments(folder).values())) > 1
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, UserError):  # no or a damaged manifest: not a study of ours
         return False
 
 
@@ -87,6 +88,8 @@ def markdown(frame: pd.DataFrame) -> str:
 
 
 def write(folder: str | Path, out: str | Path) -> list[Path]:
+    if not applies(folder):
+        return []
     frame = table(folder)
     if frame.empty:
         return []
@@ -98,6 +101,8 @@ def write(folder: str | Path, out: str | Path) -> list[Path]:
 
 def figures(folder: str | Path) -> list:
     """One frontier panel per environment: the family's gap (x) against its reward (y)."""
+    if not applies(folder):
+        return []
     study = _study(folder)
     column = study_group_column(study)
     panels = []
