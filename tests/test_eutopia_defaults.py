@@ -18,6 +18,7 @@ import pytest
 
 from abm.config import RUN_ID, config_hash, scenario_to_dict
 from abm.runner import execute, run_to_folder
+from abm.study.spec import configuration_id
 
 SMALL = ("population.n_male=300", "population.n_female=300", "arrivals.base_intercept=1.0", "episodes.count=10",
          "outputs.events=false")
@@ -74,6 +75,11 @@ def test_a_run_id_from_before_the_flip_names_the_old_readings_only(eutopia_small
         # the run folder's scenario.yaml writes the reading out, so it reloads as what it ran
         assert scenario_to_dict(old)["policy"]["credit"] == "episode"
     assert scenario_to_dict(old)["dynamics"]["refit"] == "keep_single_class"
+    # a study's run ids hash the scenario's dump, which the flip changed: no old study run is reused
+    dump = scenario_to_dict(default)
+    old_dump = {**dump, "dynamics": {k: v for k, v in dump["dynamics"].items() if k != "refit"},
+                "policy": {k: v for k, v in dump["policy"].items() if k != "credit"}}
+    assert configuration_id(old_dump) != configuration_id(dump)
 
 
 def test_a_run_folder_from_before_the_flip_is_not_reused(eutopia_small, tmp_path):
