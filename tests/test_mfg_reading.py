@@ -109,6 +109,7 @@ def script(*args):
     (["--shift", "0"], "--shift: must be in (0, 1]"),
     (["--seeds", "0"], "--seeds"),
     (["--probs", "other"], "--probs"),
+    (["--restated", "-1"], "--restated: must be at least 0"),
 ])
 def test_the_side_by_side_script_refuses_bad_input_in_one_line(tmp_path, extra, message):
     done = script(tmp_path, tmp_path / "deps", *extra)
@@ -120,6 +121,23 @@ def test_the_side_by_side_script_names_a_missing_or_foreign_checkout(tmp_path):
     assert done.returncode == 2 and "does not exist" in done.stderr and "Traceback" not in done.stderr
     done = script(tmp_path, tmp_path / "deps")  # an empty folder: no work tree, no git directory
     assert done.returncode == 2 and "neither an ml-fairness-gym work tree" in done.stderr
+
+
+def test_the_restatement_follows_ml_fairness_gyms_rules():
+    """The script's numpy restatement: everyone approved in the burn-in (recall 1); without one,
+    some repayers are rejected (recall below 1) and the loans move the mass; the return is a sum of
+    +1 / -1 per loan; one run gives every step count asked for."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import mfg_side_by_side as side
+
+    args = type("Args", (), {"shift": 0.01, "burn_in": 200, "probs": side.MFG_PROBS})()
+    early = side.restated(3, [200], args)[0]
+    assert early["recall"] == [1.0, 1.0]
+    args.burn_in = 0
+    rows = side.restated(3, [100, 2000], args)
+    assert rows[0]["steps"] == 100 and rows[1]["steps"] == 2000
+    assert all(0 < r < 1 for r in rows[1]["recall"]) and rows[1]["mean_bin"][0] != rows[0]["mean_bin"][0]
+    assert abs(rows[1]["return"]) <= 2000 and rows[1]["return"] == int(rows[1]["return"])
 
 
 PROBE = r'''
