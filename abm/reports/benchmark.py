@@ -105,13 +105,14 @@ def figures(folder: str | Path) -> list:
         return []
     study = _study(folder)
     column = study_group_column(study)
+    style = fig.Style.of(study)  # one colour per method in every panel
     panels = []
     for env, family in environments(folder).items():
         reward, gap = headline(family)
         part = study[study[column].astype(str) == env]
         if part.empty or reward not in part or gap not in part:
             continue
-        spec = fig.frontier(part, gap, reward, family=family)
+        spec = fig.frontier(part, gap, reward, family=family, style=style)
         spec.title = f"{env}: {spec.title}"
         panels.append(spec)
     if not panels:
