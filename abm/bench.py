@@ -68,7 +68,9 @@ def eutopia_scenario(n: int, *, per_capita: bool = True, extra: tuple[str, ...] 
     overrides = [f"population.n_male={n_m}", f"population.n_female={n_f}",
                  f"population.sample_with_replacement={str(n_m > ADULT_SIZES[0] or n_f > ADULT_SIZES[1]).lower()}",
                  f"arrivals.base_intercept={float(arr.get('base_intercept', 1.0)) * scale!r}",
-                 f"arrivals.base_slope={float(arr.get('base_slope', 0.02)) * scale!r}", *extra]
+                 f"arrivals.base_slope={float(arr.get('base_slope', 0.02)) * scale!r}",
+                 "dynamics.refit=keep_single_class",  # the reference implements this refit (and the figures were taken so)
+                 *extra]
     return load_scenario(EUTOPIA, overrides)
 
 

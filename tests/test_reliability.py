@@ -47,10 +47,17 @@ def run_dir(study_dir):
 
 
 # -- Ctrl+C and SIGTERM ------------------------------------------------------------------------
+def _as_in_a_terminal() -> None:
+    """Ctrl+C reaches the command as in a terminal: a shell's background job starts with SIGINT
+    ignored, and a signal mask (blocked in the worker that forks) is inherited by a fork and an exec."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def _child(args: list[str], err: str) -> None:
     sys.stdout, sys.stderr = open(os.devnull, "w"), open(err, "w", buffering=1)
     sys.argv = ["abm", *args]
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with SIGINT ignored
+    _as_in_a_terminal()
     from abm import cli
 
     cli.main()
@@ -86,6 +93,11 @@ def test_ctrl_c_and_sigterm_exit_130_and_143_saying_what_was_kept(study_dir, tmp
                                                f"{folder}, {4 - done} are not (the same command resumes)"]
 
 
+def _unblocked() -> None:  # (in the child before exec: the interpreter then installs its own SIGINT handler)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def test_ctrl_c_in_a_terminal_stops_a_dask_study_cleanly(tmp_path):
     study_file = tmp_path / "study.yaml"
     study_file.write_text(json.dumps({**TINY, "study": {**TINY["study"], "episodes": 30}}))
@@ -93,7 +105,7 @@ def test_ctrl_c_in_a_terminal_stops_a_dask_study_cleanly(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "abm.cli", "study", str(study_file), "--workers", "1", "--quiet",
                              "--out", str(folder)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+                            preexec_fn=_unblocked)
     deadline = time.monotonic() + 120
     while not any(folder.glob("runs/*/summary.json")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
