@@ -165,6 +165,13 @@ class ScenarioBase(Section):
             for name in typing.get_args(field.annotation):
                 registry.register_event_kinds(name, cls.event_kinds)
 
+    @classmethod
+    def as_recorded(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A run folder's scenario.yaml as the run computed it: a field whose default changed since
+        is written out in full by today's folders, so one that is absent meant the old default (a
+        family fills those in; none by default)."""
+        return data
+
     @field_validator("objective")
     @classmethod
     def _objective_form(cls, value: str | None) -> str | None:
@@ -264,7 +271,8 @@ def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
     """Validate a raw mapping into the family's frozen scenario object (UserError on problems).
     A top-level ``abm_version`` (a run folder's scenario.yaml records the version that wrote it:
     provenance, not a setting) is left out."""
-    if "abm_version" in data:
+    recorded = "abm_version" in data
+    if recorded:
         data = {k: v for k, v in data.items() if k != "abm_version"}
     if "family" not in data:
         data = {**data, "family": "eutopia"}
@@ -276,6 +284,8 @@ def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
     if not issubclass(module.Scenario, ScenarioBase):
         raise UserError(f"{source}: family: unknown family {family!r}: module {module.__name__!r} is not a family "
                         f"module (its Scenario must be an abm.config.ScenarioBase subclass)")
+    if recorded:
+        data = module.Scenario.as_recorded(data)
     try:
         scenario = _scenario_adapter().validate_python(data)
         registry.check_fits(scenario.policy.name, family, type(scenario).capabilities)

@@ -92,3 +92,23 @@ def test_a_run_folder_from_before_the_flip_is_not_reused(eutopia_small, tmp_path
     assert again == old_folder and not fresh
     new_folder, fresh = run_to_folder(eutopia_small(*tiny), tmp_path)
     assert fresh and new_folder != old_folder
+
+
+def test_a_run_folder_from_before_the_flip_reloads_as_it_ran(eutopia_small, tmp_path):
+    """A run folder's scenario.yaml written before the faithful defaults omits refit and credit: it
+    reloads (``abm run FOLDER``, ``abm.load_run``) as keep_single_class and episode credit; today's
+    folders write both out and reload as written."""
+    import yaml
+
+    from abm.config import validate_scenario_dict
+
+    folder, _ = run_to_folder(eutopia_small("episodes.count=1", "policy.name=rl"), tmp_path)
+    today = yaml.safe_load((folder / "scenario.yaml").read_text())
+    assert today["dynamics"]["refit"] == "prior" and today["policy"]["credit"] == "discounted"
+    assert validate_scenario_dict(today).dynamics.refit == "prior"
+    old = json.loads(json.dumps(today))
+    del old["dynamics"]["refit"], old["policy"]["credit"]
+    scenario = validate_scenario_dict(old, "old/scenario.yaml")
+    assert scenario.dynamics.refit == "keep_single_class" and scenario.policy.params["credit"] == "episode"
+    written = {k: v for k, v in old.items() if k != "abm_version"}  # a scenario file (not a record): today's defaults
+    assert validate_scenario_dict(written).dynamics.refit == "prior"

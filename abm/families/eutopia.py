@@ -140,6 +140,18 @@ class EutopiaDynamics(Section):
 
 
 class Scenario(ScenarioBase):
+    @classmethod
+    def as_recorded(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Folders written before the faithful defaults omit ``dynamics.refit`` and RL/PERL's
+        ``credit``: they ran ``keep_single_class`` and ``episode`` (today's folders write both out)."""
+        dynamics = data.get("dynamics")
+        if isinstance(dynamics, dict) and "refit" not in dynamics:
+            data = {**data, "dynamics": {**dynamics, "refit": "keep_single_class"}}
+        policy = data.get("policy")
+        if isinstance(policy, dict) and policy.get("name") in ("rl", "perl") and "credit" not in policy:
+            data = {**data, "policy": {**policy, "credit": "episode"}}
+        return data
+
     capabilities: ClassVar[frozenset[str]] = frozenset({"wealth", "latent_default", "labels", "approval_model",
                                                         "decision_env"})
     units: ClassVar[dict[str, str]] = {"wealth": "wealth ($K)", "wealth_unit": "$K", "money": "$K",
