@@ -269,11 +269,11 @@ def run_to_folder(scenario, out_root: str | Path | None = None, *, on_episode=No
         raise ValueError(f"stale must be 'recompute' or 'reuse', got {stale!r}")
     root = Path(out_root or scenario.outputs.root)
     created = first_missing(root)  # removed again if the run fails: a failed run leaves no folder
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"{root}: cannot create output folder ({exc.strerror})") from None
-    try:
+    try:  # (the mkdir inside: a Ctrl+C the moment the folder exists still removes it)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{root}: cannot create output folder ({exc.strerror})") from None
         return _run_into(root, scenario, on_episode, reuse, policy, name, stale, notify or (lambda line: None))
     except BaseException:
         if created is not None:
