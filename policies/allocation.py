@@ -18,6 +18,7 @@ per round until the budget is spent, so the target is met whenever it sums to th
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import numpy as np
@@ -62,8 +63,9 @@ class _TargetAllocation(Policy):
         self.n_sites = len(context.group_names)
         self._step, self._target = -1, np.zeros(self.n_sites, dtype=np.int64)
 
+    @abc.abstractmethod
     def target(self, step: int) -> np.ndarray:
-        raise NotImplementedError
+        """The step's units per site."""
 
     def _decide(self, obs, info):
         step = self.context.step()

@@ -11,6 +11,7 @@ exactly ``budget`` of them (all when fewer), which the world doses.
 
 from __future__ import annotations
 
+import abc
 from typing import Literal
 
 import numpy as np
@@ -30,8 +31,9 @@ class DoseAllocation(Policy):
         if not hasattr(context, "budget"):
             raise InvariantError(f"policy {self.name!r} needs the family's dose budget (infectious_disease)")
 
+    @abc.abstractmethod
     def _scores(self, ids: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """Each candidate's priority (higher is dosed first)."""
 
     def _decide(self, obs, info):
         ids = np.asarray(info["agent_id"], dtype=np.int64)
