@@ -17,7 +17,7 @@ import pandas as pd
 from abm import registry
 from abm.errors import UserError
 from abm.reports import figures as fig
-from abm.reports.seed002 import final_rows, mean_ci, study_group_column
+from abm.reports.seed002 import final_rows, mean_ci, study_frame, study_group_column
 from abm.study.aggregate import read_manifest
 
 
@@ -37,26 +37,29 @@ def headline(family: str) -> tuple[str, str]:
     return tuple(registry.family_module(family).Scenario.benchmark)
 
 
-def _study(folder: str | Path) -> pd.DataFrame | None:
-    path = Path(folder) / "study.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
+def _across(folder: str | Path) -> dict[str, str]:
+    """``environments`` of a finished study across more than one family, else {} (not a study of
+    ours: no runs, no or a damaged manifest, one family)."""
+    if not (Path(folder) / "study.parquet").is_file():
+        return {}
+    try:
+        envs = environments(folder)
+    except (OSError, ValueError, KeyError, UserError):
+        return {}
+    return envs if len(set(envs.values())) > 1 else {}
 
 
 def applies(folder: str | Path) -> bool:
     """Whether the study compares methods on more than one family."""
-    try:
-        return _study(folder) is not None and len(set(environments(folder).values())) > 1
-    except (OSError, ValueError, KeyError, UserError):  # no or a damaged manifest: not a study of ours
-        return False
+    return bool(_across(folder))
 
 
-def table(folder: str | Path) -> pd.DataFrame:
+def table(folder: str | Path, envs: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per environment and method: reward and gap, mean and 95% half-width, seeds."""
-    study = _study(folder)
-    final = final_rows(study, folder)
+    final = final_rows(study_frame(folder), folder)
     column = study_group_column(final)
     rows = []
-    for env, family in environments(folder).items():
+    for env, family in (envs or environments(folder)).items():
         reward, gap = headline(family)
         part = final[final[column].astype(str) == env]
         for config, runs in part.groupby("config", sort=False):
@@ -88,9 +91,10 @@ def markdown(frame: pd.DataFrame) -> str:
 
 
 def write(folder: str | Path, out: str | Path) -> list[Path]:
-    if not applies(folder):
+    envs = _across(folder)
+    if not envs:
         return []
-    frame = table(folder)
+    frame = table(folder, envs)
     if frame.empty:
         return []
     out = Path(out)
@@ -101,13 +105,14 @@ def write(folder: str | Path, out: str | Path) -> list[Path]:
 
 def figures(folder: str | Path) -> list:
     """One frontier panel per environment: the family's gap (x) against its reward (y)."""
-    if not applies(folder):
+    envs = _across(folder)
+    if not envs:
         return []
-    study = _study(folder)
+    study = study_frame(folder)
     column = study_group_column(study)
     style = fig.Style.of(study)  # one colour per method in every panel
     panels = []
-    for env, family in environments(folder).items():
+    for env, family in envs.items():
         reward, gap = headline(family)
         part = study[study[column].astype(str) == env]
         if part.empty or reward not in part or gap not in part:

@@ -197,20 +197,21 @@ def figure_spec(study: pd.DataFrame):
                           "(not smoothed)", panels, ncols=min(4, ncols), caption=fig.CI_CAPTION)
 
 
-def _study(folder: str | Path) -> pd.DataFrame | None:
+def study_frame(folder: str | Path) -> pd.DataFrame | None:
+    """A study folder's ``study.parquet`` (None before any run finished)."""
     path = Path(folder) / "study.parquet"
     return pd.read_parquet(path) if path.is_file() else None
 
 
 def applies(folder: str | Path) -> bool:
     """Whether the study's runs carry recall metrics (the score families: lending, admissions)."""
-    study = _study(folder)
+    study = study_frame(folder)
     return study is not None and not study.empty and "recall_gap" in study.columns
 
 
 def write(folder: str | Path, out: str | Path) -> list[Path]:
     """Write ``seed_tables.md`` beside a study report when the runs carry recall metrics."""
-    study = _study(folder)
+    study = study_frame(folder)
     text = seed_tables(study, folder) if study is not None else ""
     if not text:
         return []
@@ -221,4 +222,4 @@ def write(folder: str | Path, out: str | Path) -> list[Path]:
 
 def figures(folder: str | Path) -> list:
     """The seed's figure as a spec (``abm report`` draws it beside the tables as PNG)."""
-    return [figure_spec(_study(folder))] if applies(folder) else []
+    return [figure_spec(study_frame(folder))] if applies(folder) else []
