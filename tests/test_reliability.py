@@ -74,23 +74,28 @@ def interrupt(args: list[str], sig: int, ready, tmp: Path) -> tuple[int, list[st
     assert proc.is_alive(), f"abm {args[0]} ended before it was interrupted: {err.read_text()}"
     os.kill(proc.pid, sig)
     proc.join(60)
+    if proc.exitcode is None:  # the signal was lost: stop it, and the assertion shows what it printed
+        proc.kill()
+        proc.join()
     return proc.exitcode, err.read_text().strip().splitlines()
 
 
 def test_ctrl_c_and_sigterm_exit_130_and_143_saying_what_was_kept(study_dir, tmp_path):
     out = tmp_path / "out"  # (study_dir: the modules are imported before the forks)
-    code, lines = interrupt(["run", str(SCENARIOS / "eutopia.yaml"), "--quiet", "--episodes", "500", "--out",
+    # (far more episodes than run before the signal: the run cannot finish first under any load)
+    code, lines = interrupt(["run", str(SCENARIOS / "eutopia.yaml"), "--quiet", "--episodes", "100000", "--out",
                              str(out)], signal.SIGINT, out.exists, tmp_path)
-    assert code == 130 and lines == ["interrupted: the run was not finished: no run folder was written"]
+    assert (code, lines) == (130, ["interrupted: the run was not finished: no run folder was written"])
     assert not out.exists()  # the output root it created is removed again
     for sig, exit_code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         folder = tmp_path / f"study-{exit_code}"
-        code, lines = interrupt(["study", str(study_dir / "study.yaml"), "--set", "study.episodes=30", "--workers", "0",
-                                 "--quiet", "--out", str(folder)], sig,
+        code, lines = interrupt(["study", str(study_dir / "study.yaml"), "--set", "study.episodes=30", "--set",
+                                 "study.seeds=20", "--workers", "0", "--quiet", "--out", str(folder)], sig,
                                 lambda: any(folder.glob("runs/*/summary.json")), tmp_path)
         done = len(list(folder.glob("runs/*/summary.json")))
-        assert code == exit_code and lines == [f"interrupted: study tiny: {done} of 4 runs are finished and kept in "
-                                               f"{folder}, {4 - done} are not (the same command resumes)"]
+        said = (f"interrupted: study tiny: {done} of 40 runs are finished and kept in {folder}, {40 - done} are "
+                "not (the same command resumes)")
+        assert (code, lines) == (exit_code, [said])
 
 
 def _unblocked() -> None:  # (in the child before exec: the interpreter then installs its own SIGINT handler)
@@ -100,7 +105,7 @@ def _unblocked() -> None:  # (in the child before exec: the interpreter then ins
 
 def test_ctrl_c_in_a_terminal_stops_a_dask_study_cleanly(tmp_path):
     study_file = tmp_path / "study.yaml"
-    study_file.write_text(json.dumps({**TINY, "study": {**TINY["study"], "episodes": 30}}))
+    study_file.write_text(json.dumps({**TINY, "study": {**TINY["study"], "episodes": 30, "seeds": 20}}))  # 40 runs
     folder = tmp_path / "study"
     proc = subprocess.Popen([sys.executable, "-m", "abm.cli", "study", str(study_file), "--workers", "1", "--quiet",
                              "--out", str(folder)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
