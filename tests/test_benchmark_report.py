@@ -39,19 +39,19 @@ def test_the_report_tables_each_environments_own_reward_and_gap(cross_study):
     assert benchmark.environments(cross_study) == {"lending": "credit_score", "attention": "attention_allocation"}
     frame = benchmark.table(cross_study)
     assert set(zip(frame["environment"], frame["gap_metric"])) == {("lending", "recall_gap"),
-                                                                   ("attention", "discovery_gap")}
+                                                                   ("attention", "run_discovery_gap")}
     assert (frame["seeds"] == 2).all() and len(frame) == 4
     study = pd.read_parquet(cross_study / "study.parquet")
-    last = study[study["episode"] == study["episode"].max()]
-    row = frame[(frame["environment"] == "attention") & (frame["method"] == "uniform_allocation")].iloc[0]
-    values = last[(last["study_group"] == "attention") & (last["config"] == "uniform_allocation")]["return"]
-    assert row["reward"] == pytest.approx(values.mean())
+    runs = study[(study["study_group"] == "attention") & (study["config"] == "greedy_allocation")]
+    values = runs.groupby("run_id")["return"].sum()  # attention's reward: the whole run's (pocar's episode)
+    row = frame[(frame["environment"] == "attention") & (frame["method"] == "greedy_allocation")].iloc[0]
+    assert row["reward_metric"] == "cumulative_profit" and row["reward"] == pytest.approx(values.mean())
     half = 12.706 * values.std(ddof=1) / np.sqrt(2)  # Student t, 1 d.f.
     assert row["reward_ci"] == pytest.approx(half, rel=1e-3)
     out = render(cross_study)
     text = (out / "benchmark.md").read_text()
     assert "## lending (credit_score)" in text and "## attention (attention_allocation)" in text
-    assert "| method | return | discovery_gap | seeds |" in text
+    assert "| method | cumulative_profit | run_discovery_gap | seeds |" in text
     assert (out / "benchmark_frontier.png").stat().st_size > 5000
 
 

@@ -94,7 +94,8 @@ class AttentionRewards(Section):
 
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
-    benchmark: ClassVar[tuple[str, str]] = ("return", "discovery_gap")  # (reward, fairness gap) across environments
+    # (reward, fairness gap) across environments: pocar's 1,000-step episode is this run (episodes carry the rates on)
+    benchmark: ClassVar[tuple[str, str]] = ("cumulative_profit", "run_discovery_gap")
     capabilities: ClassVar[frozenset[str]] = frozenset({"decision_env", "attention_budget"})
     state: ClassVar[str] = "rate"  # a site's incident rate: events' rate_after, agents' initial_/final_rate
     units: ClassVar[dict[str, str]] = {"wealth": "incident rate (per step)", "wealth_unit": "incidents per step",
@@ -121,6 +122,8 @@ class Scenario(steps.StepScenario):
         "discovery_rate_{g}": ("share (0-1)", "Site g's discovered / occurred incidents in the episode; empty "
                                               "when none occurred."),
         "discovery_gap": ("share (0-1)", "Largest minus smallest discovery_rate_{g} over sites; empty while any is."),
+        "run_discovery_gap": ("share (0-1)", "discovery_gap of the counts over episodes 0..episode (pocar's delta over "
+                                             "the whole horizon); empty while any site saw no incident."),
         "occurred_{g}": ("incidents", "Incidents at site g in the episode."),
         "discovered_{g}": ("incidents", "Incidents discovered at site g in the episode."),
         "units_{g}": ("units", "Attention units placed at site g in the episode."),
@@ -379,6 +382,9 @@ class World(steps.LastDecisions):
         for g, name in enumerate(self.group_names):
             row[f"discovery_rate_{name}"] = float(rate[g])
         row["discovery_gap"] = steps.spread(rate)
+        occurred, discovered = self.cum["occurred"] + ep["occurred"], self.cum["discovered"] + ep["discovered"]
+        row["run_discovery_gap"] = steps.spread(np.divide(discovered, occurred, out=np.full(self.n_groups, np.nan),
+                                                          where=occurred > 0))
         for g, name in enumerate(self.group_names):
             row[f"occurred_{name}"] = int(ep["occurred"][g])
             row[f"discovered_{name}"] = int(ep["discovered"][g])
@@ -389,7 +395,7 @@ class World(steps.LastDecisions):
 
     @property
     def nullable_metrics(self) -> tuple[str, ...]:
-        return ("discovery_gap", *(f"discovery_rate_{g}" for g in self.group_names))
+        return ("discovery_gap", "run_discovery_gap", *(f"discovery_rate_{g}" for g in self.group_names))
 
     def episode_stats(self) -> dict[str, Any]:
         rate = self.cols["rate"]

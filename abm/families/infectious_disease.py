@@ -118,7 +118,8 @@ class InfectionObservation(Section):
 
 class Scenario(steps.StepScenario):
     default_episodes: ClassVar[dict[str, Any]] = DEFAULT_EPISODES
-    benchmark: ClassVar[tuple[str, str]] = ("return", "benefit_gap")  # (reward, fairness gap) across environments
+    # (reward, fairness gap) across environments: the mean over the run's outbreaks (each episode is one)
+    benchmark: ClassVar[tuple[str, str]] = ("average_return", "average_benefit_gap")
     capabilities: ClassVar[frozenset[str]] = frozenset({"decision_env", "treatment_budget"})
     units: ClassVar[dict[str, str]] = {"wealth": "healthy share", "wealth_unit": "share", "money": "healthy-share days",
                                        "score": "infected neighbours"}
@@ -142,6 +143,10 @@ class Scenario(steps.StepScenario):
         "treatments": ("doses", "Doses given in the episode, all communities."),
         "infection_gap": ("share (0-1)", "Largest minus smallest infection_rate_{g} over communities."),
         "benefit_gap": ("doses per infection", "Largest minus smallest benefit_rate_{g} (A-PPO's Delta)."),
+        "average_return": ("{money} per episode", "cumulative_profit / (episode + 1): the mean return of the "
+                                                  "outbreaks so far."),
+        "average_benefit_gap": ("doses per infection", "Mean benefit_gap over episodes 0..episode (A-PPO's Delta "
+                                                       "averaged over evaluation outbreaks)."),
         "infection_rate_{g}": ("share (0-1)", "Community g's infections in the episode per member."),
         "infected_{g}": ("share (0-1)", "Share of community g infected at the episode's end."),
         "benefit_rate_{g}": ("doses per infection", "Community g's doses / (its infections + 1) over the episode "
@@ -355,6 +360,7 @@ class World:
         self.cum = {k: np.zeros(G) for k in keys}
         self.profit_total = 0.0
         self.cumulative_return = 0.0
+        self.benefit_gap_total = 0.0
         self.days = 0
         # P(leaving state s today | k infected neighbours), row s * (max degree + 1) + k: S -> I with
         # 1 - (1 - beta)^k, I -> R with gamma, R -> S with delta
@@ -550,10 +556,14 @@ class World:
                              where=ep["at_risk"] > 0)
         ret = self.profit_total - self.cumulative_return
         self.cumulative_return = self.profit_total
+        gap = steps.spread(benefit)
+        self.benefit_gap_total += gap
         row: dict[str, Any] = {"return": ret, "profit": ret, "cumulative_profit": self.profit_total,
+                               "average_return": self.profit_total / (episode + 1),
                                "healthy_share": float(np.mean(state != I)),
                                "new_infections": int(ep["infections"].sum()), "treatments": int(ep["treatments"].sum()),
-                               "infection_gap": steps.spread(rate), "benefit_gap": steps.spread(benefit),
+                               "infection_gap": steps.spread(rate), "benefit_gap": gap,
+                               "average_benefit_gap": self.benefit_gap_total / (episode + 1),
                                "recall_gap": steps.spread(coverage)}
         for g, name in enumerate(self.group_names):
             row[f"infection_rate_{name}"] = float(rate[g])

@@ -3,8 +3,9 @@
 family's reward and fairness gap (its ``Scenario.benchmark``) as mean ± 95% CI over the seeded
 runs, and one figure of the methods' fairness-reward frontier per environment.
 
-Each run contributes its final episode, averaged with its further evaluation episodes where the
-policy ran some (as seed 002's tables: ``seed002.final_rows``). Written as
+Each run contributes its final episode's row, averaged with its further evaluation episodes where
+the policy ran some (as seed 002's tables: ``seed002.final_rows``); a family whose headline reads
+the whole run names run-level metrics there (``cumulative_profit``, ``average_return``). Written as
 ``report/benchmark.md``, ``benchmark.csv`` and ``benchmark_frontier.png``.
 """
 
@@ -79,8 +80,9 @@ def _cell(mean: float, half: float) -> str:
 
 def markdown(frame: pd.DataFrame) -> str:
     lines = ["# Benchmark across environments", "",
-             "Final episode of every run (the mean over its evaluation episodes where it ran several); mean ± "
-             "half-width of the 95% CI (Student t, n - 1 d.f.) over the seeded runs.", ""]
+             "Each run's final row (the mean over its evaluation episodes where it ran several; run-level metrics "
+             "such as cumulative_profit or average_return read the whole run); mean ± half-width of the 95% CI "
+             "(Student t, n - 1 d.f.) over the seeded runs.", ""]
     for env, part in frame.groupby("environment", sort=False):
         reward, gap = part["reward_metric"].iloc[0], part["gap_metric"].iloc[0]
         lines += [f"## {env} ({part['family'].iloc[0]})", "", f"| method | {reward} | {gap} | seeds |", "|---|---|---|---|"]
