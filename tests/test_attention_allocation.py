@@ -226,3 +226,12 @@ def test_baselines_are_refused_elsewhere_and_cli_exits_2():
         load_scenario(ROOT / "scenarios" / "lending-credit.yaml", ["policy.name=greedy_allocation"])
     code, _, err = call_in_process("validate", str(FILE), "--set", "attention.units=-1")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "attention.units" in err
+
+
+def test_abm_run_prints_the_sites_and_the_whole_runs_headline(tmp_path):
+    """The console summary shows the family's own per-site metrics (not the lending stems it lacks)
+    and its benchmark headline: the whole run's reward and discovery gap."""
+    code, out, _ = call_in_process("run", str(FILE), "--episodes", "2", "--out", str(tmp_path))
+    assert code == 0
+    assert all(row in out for row in ("discovery_rate", "occurred", "discovered", "units", "incident_rate"))
+    assert "cumulative_profit = " in out and "run_discovery_gap = " in out and "mean_wealth" not in out

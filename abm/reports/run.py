@@ -82,23 +82,37 @@ def to_markdown(frame: pd.DataFrame, floatfmt: str = ".4g") -> str:
 
 
 def print_run_summary(folder: Path, console) -> None:
+    """The run's per-group table and headline numbers: the lending stems (totals of counts) or, for
+    a family without them, its own per-group metrics at the final episode."""
     from rich.table import Table
+
+    from abm import registry
 
     run = load_run(folder)
     ep = run.episodes
     last = ep.iloc[-1]
+    scenario = registry.family_module(run.summary["family"]).Scenario if run.summary.get("family") else None
     groups = _groups(ep)
-    table = Table(title=f"{run.summary.get('policy')} after {len(ep)} episodes")
+    stems = ["mean_wealth", "social_welfare", "reach", "applications", "approvals", "defaults", "recall"]
+    title = f"{run.summary.get('policy')} after {len(ep)} episodes"
+    if not any(f"{stem}_{g}" in ep.columns for stem in stems for g in groups) and scenario is not None:
+        stems = [k.removesuffix("_{g}") for k in scenario.metric_definitions if k.endswith("_{g}")]
+        first = next((s for s in stems if any(c.startswith(f"{s}_") for c in ep.columns)), None)
+        groups = [c.removeprefix(f"{first}_") for c in ep.columns if first and c.startswith(f"{first}_")]
+        title += " (per group: the final episode)"
+    table = Table(title=title)
     table.add_column("metric")
     for g in groups:
         table.add_column(g, justify="right")
-    for stem in ("mean_wealth", "social_welfare", "reach", "applications", "approvals", "defaults", "recall"):
+    for stem in stems:
         cols = [f"{stem}_{g}" for g in groups]
         if all(c in ep.columns for c in cols):
             total = stem in ("applications", "approvals", "defaults")
             vals = [ep[c].sum() if total else last[c] for c in cols]
             table.add_row(stem + (" (total)" if total else ""), *[f"{float(v):.4g}" for v in vals])
     console.print(table)
-    extras = [f"{k} = {float(last[k]):.4g}" for k in ("wealth_gap", "inequality_ratio", "cumulative_profit",
-                                                       "credit_gap", "recall_gap") if k in ep.columns]
+    headline = tuple(getattr(scenario, "benchmark", ()))
+    extras = [f"{k} = {float(last[k]):.4g}" for k in dict.fromkeys(
+        ("wealth_gap", "inequality_ratio", "cumulative_profit", "credit_gap", "recall_gap", *headline))
+        if k in ep.columns and pd.notna(last[k])]
     console.print("; ".join(extras))
