@@ -62,3 +62,14 @@ def test_a_study_of_one_family_gets_no_benchmark_report(tmp_path):
     run_study(study_from_dict(doc, "one"), tmp_path / "one", workers=0, quiet=True)
     assert not benchmark.applies(tmp_path / "one")
     assert not (render(tmp_path / "one") / "benchmark.md").exists()
+
+
+def test_the_frontier_legend_names_each_method_once(cross_study):
+    """Across panels a method's n and Pareto star differ; the one legend names each method once."""
+    from abm.reports import figures
+
+    (spec,) = benchmark.figures(cross_study)
+    legend = figures.draw(spec).legends[0]
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert [t for t in texts if t != "Pareto front"] == ["max_util", "approve_all", "greedy_allocation",
+                                                          "uniform_allocation"]

@@ -125,4 +125,7 @@ def figures(folder: str | Path) -> list:
     if not panels:
         return []
     return [fig.Panels("benchmark_frontier", "Fairness-reward frontier per environment", panels,
-                       ncols=min(2, len(panels)), caption=panels[0].caption)]
+                       ncols=min(2, len(panels)), caption=panels[0].caption.replace(
+                           "n = runs.", "n (runs per point): the table's seeds column.").replace(
+                           "Final episode.", "Each run's final row (run-level metrics: the whole run)."),
+                       legend_by_config=True)]

@@ -45,7 +45,9 @@ CI_CAPTION = ("Lines: mean over seeded runs; bands: 95% confidence interval of t
 RUN_CAPTION = "One run: no replicates, no confidence band."
 
 POLICY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                  "#bcbd22", "#17becf")
+                  "#bcbd22", "#17becf",  # matplotlib's tab10, then darker tones for a benchmark's 20 methods
+                  "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
+                  "#756bb1", "#636363")
 GROUP_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
                  "#1f78b4", "#b15928")
 # name -> (matplotlib linestyle, Vega-Lite strokeDash)
@@ -160,6 +162,7 @@ class Panels:
     panels: list[FigureSpec]
     ncols: int = 2
     caption: str = ""
+    legend_by_config: bool = False  # one entry per configuration, its name alone (not each panel's n and star)
 
 
 # -- statistics ---------------------------------------------------------------------------------
@@ -795,8 +798,9 @@ def draw(spec: FigureSpec | Panels, dpi: int = DPI):
             ax.set_visible(False)
             continue
         _draw_axes(ax, replace(spec.panels[k], caption=""), legend=False)
+        key_of = {s.label: s.config or s.label for s in spec.panels[k].series}
         for h, label in zip(*_legend_entries(ax, spec.panels[k])):
-            handles.setdefault(label, h)
+            handles.setdefault(key_of.get(label, label) if spec.legend_by_config else label, h)
     # over the panels, from their left edge (centred, a long title ran into the legend beside them)
     fig.suptitle(textwrap.fill(spec.title, 46 * ncols), x=0.01, ha="left", fontsize=11)
     if handles:  # one legend for every panel, outside the data, beside the panels
