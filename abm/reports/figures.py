@@ -177,13 +177,18 @@ def t_half_width(std, count) -> np.ndarray:
         return np.where(n >= 2, t * std / np.sqrt(n), np.nan)
 
 
-def mean_ci(values) -> tuple[float, float, float, int]:
-    """(mean, CI low, CI high, n) of the finite values (Student t, 95%)."""
+def mean_half(values) -> tuple[float, float, int]:
+    """(mean, half-width of its Student-t 95% CI, n) of the finite values (NaN half-width below 2)."""
     x = np.asarray([v for v in np.asarray(values, float) if np.isfinite(v)], float)
     if len(x) == 0:
-        return np.nan, np.nan, np.nan, 0
-    half = float(t_half_width(x.std(ddof=1) if len(x) > 1 else np.nan, len(x)))
-    return float(x.mean()), float(x.mean() - half), float(x.mean() + half), len(x)
+        return np.nan, np.nan, 0
+    return float(x.mean()), float(t_half_width(x.std(ddof=1) if len(x) > 1 else np.nan, len(x))), len(x)
+
+
+def mean_ci(values) -> tuple[float, float, float, int]:
+    """(mean, CI low, CI high, n) of the finite values (Student t, 95%)."""
+    mean, half, n = mean_half(values)
+    return mean, mean - half, mean + half, n
 
 
 # -- styles -------------------------------------------------------------------------------------

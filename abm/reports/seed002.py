@@ -25,16 +25,11 @@ import pandas as pd
 
 
 def mean_ci(values) -> tuple[float, float]:
-    """Mean and the half-width of its Student-t 95% confidence interval."""
-    from scipy import stats  # heavy; only a study report needs it
+    """Mean and the half-width of its Student-t 95% confidence interval (``figures.mean_half``)."""
+    from abm.reports.figures import mean_half
 
-    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
-    if len(x) == 0:
-        return float("nan"), float("nan")
-    if len(x) == 1:
-        return float(x[0]), float("nan")
-    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
-    return float(x.mean()), float(half)
+    mean, half, _ = mean_half([np.nan if v is None else v for v in values])
+    return mean, half
 
 
 def _fmt(mean: float, half: float) -> str:
