@@ -42,7 +42,7 @@ def frame(ledger: str, study: str) -> pd.DataFrame:
     """The ledger's rows of the study's runs, with environment, family and method."""
     rows = read_ledger(Path(ledger))
     runs = runs_of(study)  # in the study file's order: environments, then methods, then seeds
-    out = runs.merge(rows.drop(columns=[c for c in runs if c in rows and c != "run_id"]), on="run_id")
+    out = runs.merge(rows.drop(columns=[c for c in runs if c in rows and c != "run_id"]), on="run_id").copy()
     if out.empty:
         fail(f"{ledger}: none of its runs is a run of {study}")
     other = out[out["seed"].astype(int) != out["study_seed"]]
