@@ -127,7 +127,22 @@ def markdown(data: pd.DataFrame) -> str:
                 lines.append(f"| {r['method']} | {r['metric']} | {r['diff']:+.3g} | {pvalue(r['p'])} | "
                              f"{pvalue(r['holm'])} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + cost(data))
+
+
+def cost(data: pd.DataFrame) -> list[str]:
+    """CPU seconds per run (the ledger's ``cpu_s``: training, the run and its evaluation episodes),
+    mean over the seeds, one column per environment; the study's total last."""
+    if "cpu_s" not in data:
+        return []
+    table = data.pivot_table(index="method", columns="environment", values="cpu_s", aggfunc="mean", sort=False)
+    envs = list(dict.fromkeys(data["environment"]))
+    lines = ["### cost: CPU seconds per run (mean over seeds)", "", "| method | " + " | ".join(envs) + " |",
+             "|---|" + "---|" * len(envs)]
+    for method, row in table.iterrows():
+        lines.append(f"| {method} | " + " | ".join("-" if pd.isna(row.get(e)) else f"{row[e]:.0f}" for e in envs)
+                     + " |")
+    return lines + ["", f"All {len(data)} runs: {data['cpu_s'].sum():,.0f} CPU seconds.", ""]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -68,6 +68,8 @@ def test_each_environment_gets_its_own_headline_and_welch_holm_against_approve_a
     assert "| approve_all |" in lending and "| 1 ± 0 | 3 |" in lending.split("| approve_all |")[1].splitlines()[0]
     assert "| reject_all | recall_gap | +0 | identical in every seed | - |" in lending
     assert "| Max-util |" in lending  # a labelled method is named by its label
+    assert "| method | infectious | lending |" in text or "| method | lending | infectious |" in text
+    assert f"All 15 runs: {rows['cpu_s'].sum():,.0f} CPU seconds." in text
 
 
 def test_bad_input_is_one_line(ledger, tmp_path, capsys):
