@@ -63,12 +63,11 @@ def approved_share(part: pd.DataFrame) -> pd.Series:
 
 
 def cell(values) -> str:
+    """mean ± 95% half-width, as the study report's benchmark table writes it."""
+    from abm.reports.benchmark import cell as text
     from abm.reports.seed002 import mean_ci
 
-    mean, half = mean_ci(values)
-    if np.isnan(mean):
-        return "n/a"
-    return f"{mean:.3g} ± {half:.2g}" if np.isfinite(half) else f"{mean:.3g}"
+    return text(*mean_ci(values))
 
 
 def pvalue(p: float) -> str:
@@ -117,10 +116,11 @@ def markdown(data: pd.DataFrame) -> str:
         for method, runs in part.groupby("method", sort=False):
             lines.append(f"| {method} | {cell(runs[reward])} | {cell(runs[gap])} | {cell(runs['approved'])} | "
                          f"{len(runs)} |")
+        tests = against(part, (reward, gap))
         lines += ["", f"**{env}: against {REFERENCE}** (Welch, Holm over the environment's "
-                      f"{sum(1 for r in against(part, (reward, gap)) if 'holm' in r)} tests)", "",
+                      f"{sum(1 for r in tests if 'holm' in r)} tests)", "",
                   "| method | metric | difference | Welch p | Holm p |", "|---|---|---|---|---|"]
-        for r in against(part, (reward, gap)):
+        for r in tests:
             if "note" in r:
                 lines.append(f"| {r['method']} | {r['metric']} | {r['diff']:+.3g} | {r['note']} | - |")
             else:

@@ -22,6 +22,12 @@ from abm.reports.seed002 import final_rows, mean_ci, study_frame, study_group_co
 from abm.study.aggregate import read_manifest
 
 
+CAPTION = ("Each run's final row (run-level metrics: the whole run). Points: mean over seeded runs; whiskers: "
+           "95% confidence intervals (Student t, n - 1 d.f.) on both axes; n (runs per point): the table's seeds "
+           "column. Ringed: Pareto-optimal in its panel (no other configuration has a smaller |gap| and a larger "
+           "reward).")
+
+
 def environments(folder: str | Path) -> dict[str, str]:
     """Study group -> the family its runs simulate (from the manifest's resolved scenarios)."""
     out: dict[str, str] = {}
@@ -72,7 +78,8 @@ def table(folder: str | Path, envs: dict[str, str] | None = None) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def _cell(mean: float, half: float) -> str:
+def cell(mean: float, half: float) -> str:
+    """mean ± 95% half-width (3 and 2 significant digits), n/a without a mean."""
     if pd.isna(mean):
         return "n/a"
     return f"{mean:.3g} ± {half:.2g}" if pd.notna(half) else f"{mean:.3g}"
@@ -86,7 +93,7 @@ def markdown(frame: pd.DataFrame) -> str:
     for env, part in frame.groupby("environment", sort=False):
         reward, gap = part["reward_metric"].iloc[0], part["gap_metric"].iloc[0]
         lines += [f"## {env} ({part['family'].iloc[0]})", "", f"| method | {reward} | {gap} | seeds |", "|---|---|---|---|"]
-        lines += [f"| {r.method} | {_cell(r.reward, r.reward_ci)} | {_cell(r.gap, r.gap_ci)} | {r.seeds} |"
+        lines += [f"| {r.method} | {cell(r.reward, r.reward_ci)} | {cell(r.gap, r.gap_ci)} | {r.seeds} |"
                   for r in part.itertuples()]
         lines.append("")
     return "\n".join(lines)
@@ -125,7 +132,4 @@ def figures(folder: str | Path) -> list:
     if not panels:
         return []
     return [fig.Panels("benchmark_frontier", "Fairness-reward frontier per environment", panels,
-                       ncols=min(2, len(panels)), caption=panels[0].caption.replace(
-                           "n = runs.", "n (runs per point): the table's seeds column.").replace(
-                           "Final episode.", "Each run's final row (run-level metrics: the whole run)."),
-                       legend_by_config=True)]
+                       ncols=min(2, len(panels)), caption=CAPTION, legend_by_config=True)]

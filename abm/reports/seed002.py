@@ -28,7 +28,7 @@ def mean_ci(values) -> tuple[float, float]:
     """Mean and the half-width of its Student-t 95% confidence interval (``figures.mean_half``)."""
     from abm.reports.figures import mean_half
 
-    mean, half, _ = mean_half([np.nan if v is None else v for v in values])
+    mean, half, _ = mean_half(values)
     return mean, half
 
 
