@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from oneline import OneLineParser
-from seed002_budget_stats import Sample, fail, holm, welch
+from oneline import OneLineParser, fail
+from seed002_budget_stats import Sample, holm, welch
 from study_ledger import read_ledger
 
 REFERENCE = "approve_all"

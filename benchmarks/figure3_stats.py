@@ -4,7 +4,7 @@ the per-seed means over all episodes, and the applications per episode at the en
 
     python benchmarks/figure3_stats.py outputs/studies/figure3
 """
-import sys, json, pandas as pd, numpy as np
+import sys, pandas as pd
 from pathlib import Path
 from scipy import stats
 root = Path(sys.argv[1])

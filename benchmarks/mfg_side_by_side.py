@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oneline import OneLineParser, positive
+from oneline import OneLineParser, fail, positive
 
 ROOT = Path(__file__).resolve().parents[1]
 MFG_PROBS = (0.1, 0.2, 0.45, 0.6, 0.65, 0.7, 0.7)  # lending_params.DELAYED_IMPACT_SUCCESS_PROBS
@@ -92,10 +92,6 @@ for seed in args["seeds"]:
 print("MFG-RESULT " + json.dumps(out))
 '''
 
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def checkout(path: Path, tmp: Path) -> Path:
@@ -234,8 +230,8 @@ def table(mfg: list[dict], ours: list[dict], steps, restatement: list[dict] = ()
         theirs = [r for r in mfg if r["steps"] == n]
         mine = [r for r in ours if r["steps"] == n]
         lines.append(f"| {n:,} | ml-fairness-gym | " + " | ".join(interval([f(r) for r in theirs]) for _, f in columns) + " |")
-        lines.append(f"| | ours (mass_shift) | " + " | ".join(interval([f(r) for r in mine]) for _, f in columns) + " |")
-        lines.append(f"| | Welch p | " + " | ".join(welch([f(r) for r in theirs], [f(r) for r in mine])
+        lines.append("| | ours (mass_shift) | " + " | ".join(interval([f(r) for r in mine]) for _, f in columns) + " |")
+        lines.append("| | Welch p | " + " | ".join(welch([f(r) for r in theirs], [f(r) for r in mine])
                                                    for _, f in columns) + " |")
         third = [r for r in restatement if r["steps"] == n]
         if third:

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +61,7 @@ from scipy import stats
 
 from abm.reports.seed002 import final_rows
 
-from oneline import OneLineParser
+from oneline import OneLineParser, fail
 
 ALPHA = 0.05
 MARGIN = 0.05  # of the approve-all-to-reject-all distance (module docstring)
@@ -70,10 +69,6 @@ RECALL_LIKE = {"recall_gap": "recall_G1", "recall_sd": "recall_G1"}  # 0 for bot
 KINDS = ("less", "greater", "similar", "not_less", "not_greater")
 SEED_N = 10
 
-
-def fail(message: str):
-    print(message, file=sys.stderr)
-    raise SystemExit(2)
 
 
 def finals(folder: str) -> pd.DataFrame:

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-from oneline import OneLineParser
+from oneline import OneLineParser, fail
 
 IDENTITY = ("run_id", "config_id", "config", "group", "groups", "policy", "objective", "replicate", "seed")
 COST = ("wall_s", "cpu_s", "load_1m", "started", "host", "backend", "machine")
@@ -105,10 +104,6 @@ def read_ledger(path: Path) -> pd.DataFrame:
         fail(f"{path}: not a ledger (no column {missing[0]!r})")
     return frame
 
-
-def fail(message: str):
-    print(message, file=sys.stderr)
-    raise SystemExit(2)
 
 
 def add(folder: Path, path: Path) -> str:
