@@ -23,7 +23,9 @@ def cross_study(tmp_path_factory):
         "base": str(SCENARIOS / "lending-credit.yaml"),
         "groups": {
             "lending": {"overrides": {"population.size": 100, "episodes.count": 2, "episodes.horizon": 100},
-                        "policies": [{"name": "max_util"}, {"name": "approve_all"}]},
+                        "policies": [{"name": "max_util"}, {"name": "approve_all"},
+                                     {"name": "ppo", "backend": "lean", "total_timesteps": 256, "n_steps": 128,
+                                      "batch_size": 64, "n_epochs": 1, "eval_episodes": 3, "label": "PPO"}]},
             "attention": {"base": str(SCENARIOS / "attention-allocation.yaml"),
                           "overrides": {"episodes.count": 2, "episodes.horizon": 20},
                           "policies": [{"name": "greedy_allocation"}, {"name": "uniform_allocation"}]},
@@ -40,7 +42,7 @@ def test_the_report_tables_each_environments_own_reward_and_gap(cross_study):
     frame = benchmark.table(cross_study)
     assert set(zip(frame["environment"], frame["gap_metric"])) == {("lending", "recall_gap"),
                                                                    ("attention", "run_discovery_gap")}
-    assert (frame["seeds"] == 2).all() and len(frame) == 4
+    assert (frame["seeds"] == 2).all() and len(frame) == 5
     study = pd.read_parquet(cross_study / "study.parquet")
     runs = study[(study["study_group"] == "attention") & (study["config"] == "greedy_allocation")]
     values = runs.groupby("run_id")["return"].sum()  # attention's reward: the whole run's (pocar's episode)
@@ -71,5 +73,34 @@ def test_the_frontier_legend_names_each_method_once(cross_study):
     (spec,) = benchmark.figures(cross_study)
     legend = figures.draw(spec).legends[0]
     texts = [t.get_text() for t in legend.get_texts()]
-    assert [t for t in texts if t != "Pareto front"] == ["max_util", "approve_all", "greedy_allocation",
+    assert [t for t in texts if t != "Pareto front"] == ["max_util", "approve_all", "PPO", "greedy_allocation",
                                                           "uniform_allocation"]
+
+
+def test_the_frontier_shows_the_tables_values(cross_study):
+    """Each panel's point is its method's table row: for PPO, each run's mean over its final and 2
+    further evaluation episodes, not its final episode alone."""
+    (spec,) = benchmark.figures(cross_study)
+    frame = benchmark.table(cross_study).set_index(["environment", "method"])
+    shown = {(panel.title.split(":")[0], s.config): (s.x[0], s.y[0]) for panel in spec.panels for s in panel.series}
+    assert shown.keys() == set(frame.index)
+    for key, (x, y) in shown.items():
+        assert (x, y) == pytest.approx((frame.at[key, "gap"], frame.at[key, "reward"])), key
+
+
+def test_the_study_figures_of_a_study_across_families_are_drawn_per_environment(cross_study):
+    """One axis cannot hold two families' metrics: each figure once per study group, its methods only."""
+    from abm.reports.study import study_figures
+
+    specs = study_figures(cross_study)
+    methods = {"lending": {"max_util", "approve_all", "PPO"}, "attention": {"greedy_allocation", "uniform_allocation"}}
+    assert specs and all(spec.name.rsplit("_", 1)[1] in methods for spec in specs)
+    for spec in specs:
+        env = spec.name.rsplit("_", 1)[1]
+        assert spec.title.startswith(f"{env}: ")
+        for panel in getattr(spec, "panels", [spec]):
+            assert {s.config for s in panel.series if s.config} <= methods[env], (spec.name, env)
+    names = {spec.name for spec in specs}
+    assert {"recall_gap_lending", "cumulative_profit_attention"} <= names and "recall_gap_attention" not in names
+    files = {p.name for p in render(cross_study).iterdir()}
+    assert {"recall_gap_lending.png", "distribution_attention.png"} <= files and "recall_gap.png" not in files

@@ -99,15 +99,13 @@ def _study_specs(folder: str, stamp: tuple) -> dict:
 def _study_extra(folder: str, stamp: tuple) -> dict:
     """The study's slower figures: its runs' distributions and every paper's figures."""
     from abm.reports import PAPERS
-    from abm.reports.study import run_folders
+    from abm.reports.study import distribution_figures
 
     study = _open_cached(folder, stamp)
     frame = _study_frame(folder, stamp)
     out = {}
     if not frame.empty:
-        dist = specs.distribution(run_folders(study.folder, frame), study_family(study.manifest),
-                                  specs.groups_in(study.summary.columns, "_mean"))
-        if dist is not None:
+        for dist in distribution_figures(study.folder, study.summary, study.manifest, frame):
             out[dist.name] = dist
     for paper in PAPERS:
         if paper.applies(study.folder):

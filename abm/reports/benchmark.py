@@ -19,10 +19,12 @@ from abm import registry
 from abm.errors import UserError
 from abm.reports import figures as fig
 from abm.reports.seed002 import final_rows, mean_ci, study_frame, study_group_column
+from abm.reports.study import group_families
 from abm.study.aggregate import read_manifest
 
 
-CAPTION = ("Each run's final row (run-level metrics: the whole run). Points: mean over seeded runs; whiskers: "
+CAPTION = ("Each run's final row, the mean over its evaluation episodes as in the tables (run-level metrics: "
+           "the whole run). Points: mean over seeded runs; whiskers: "
            "95% confidence intervals (Student t, n - 1 d.f.) on both axes; n (runs per point): the table's seeds "
            "column. Ringed: Pareto-optimal in its panel (no other configuration has a smaller |gap| and a larger "
            "reward).")
@@ -30,13 +32,7 @@ CAPTION = ("Each run's final row (run-level metrics: the whole run). Points: mea
 
 def environments(folder: str | Path) -> dict[str, str]:
     """Study group -> the family its runs simulate (from the manifest's resolved scenarios)."""
-    out: dict[str, str] = {}
-    for spec in read_manifest(Path(folder)).get("runs", []):
-        family = (spec.get("scenario") or {}).get("family")
-        for group in spec.get("groups", []):
-            if family:
-                out.setdefault(str(group), str(family))
-    return out
+    return group_families(read_manifest(Path(folder)))
 
 
 def headline(family: str) -> tuple[str, str]:
@@ -118,12 +114,13 @@ def figures(folder: str | Path) -> list:
     if not envs:
         return []
     study = study_frame(folder)
-    column = study_group_column(study)
+    final = final_rows(study, folder)  # the tables' values: each run's mean over its evaluation episodes
+    column = study_group_column(final)
     style = fig.Style.of(study)  # one colour per method in every panel
     panels = []
     for env, family in envs.items():
         reward, gap = headline(family)
-        part = study[study[column].astype(str) == env]
+        part = final[final[column].astype(str) == env]
         if part.empty or reward not in part or gap not in part:
             continue
         spec = fig.frontier(part, gap, reward, family=family, style=style)

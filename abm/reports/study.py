@@ -18,6 +18,8 @@ asked, ``<name>.png`` / ``.svg`` / ``.pdf``):
     distribution.png      quantile bands of each group's state (wealth, score ...) over episodes, from the runs'
                           event logs
 
+A study across families (a benchmark) gets each of these once per study group: ``<name>_<group>``.
+
 Paper reports are modules with one small interface (``PaperReport``): ``applies(folder)`` says
 whether the study's runs carry what the paper's tables need, ``write(folder, out)`` writes them into
 ``out`` and returns the files written, ``figures(folder)`` gives the paper's figures as specs
@@ -240,18 +242,71 @@ def run_folders(folder: Path, study: pd.DataFrame) -> dict[str, list[Path]]:
     return out
 
 
+def group_families(manifest: dict) -> dict[str, str]:
+    """Study group -> the family its runs simulate (from the manifest's resolved scenarios)."""
+    out: dict[str, str] = {}
+    for spec in manifest.get("runs", []):
+        family = (spec.get("scenario") or {}).get("family")
+        for group in spec.get("groups", []):
+            if family:
+                out.setdefault(str(group), str(family))
+    return out
+
+
+def _part(frame: pd.DataFrame, column: str, env: str | None) -> pd.DataFrame:
+    """``frame``'s rows of study group ``env`` (``column``: comma-separated groups) without the
+    columns only other groups fill; all of it for ``env=None``."""
+    if env is None:
+        return frame
+    return frame[frame[column].astype(str).str.split(",").map(lambda gs: env in gs)].dropna(axis=1, how="all")
+
+
+def _named(spec, env: str | None):
+    if env is not None:
+        spec.name, spec.title = f"{spec.name}_{env}", f"{env}: {spec.title}"
+    return spec
+
+
+def _per_environment(manifest: dict) -> dict:
+    """Study group -> family for a study across families (a benchmark: one axis cannot hold two
+    families' metrics, so its figures are drawn per group), else {None: the study's family}."""
+    envs = group_families(manifest)
+    return envs if len(set(envs.values())) > 1 else {None: study_family(manifest)}
+
+
 def study_figures(folder: str | Path, summary: pd.DataFrame | None = None, manifest: dict | None = None,
                   fairness: str | None = None, profit: str | None = None, facet: str | None = None) -> list:
     """The study's figure specs (``figures.FigureSpec`` / ``figures.Panels``), in the order they are
-    shown; ``facet="group"``: the per-group metrics one panel per group."""
+    shown; ``facet="group"``: the per-group metrics one panel per group. A study across families
+    gets each figure once per study group: ``<name>_<group>``, titled ``<group>: ...``."""
     folder = Path(folder)
     manifest = manifest if manifest is not None else read_manifest(folder)
     summary = summary if summary is not None else load_summary(folder)
-    family = study_family(manifest)
+    study = pd.read_parquet(folder / "study.parquet") if (folder / "study.parquet").is_file() else None
+    return [_named(spec, env) for env, family in _per_environment(manifest).items()
+            for spec in _figures(_part(summary, "study_groups", env),
+                                 None if study is None else _part(study, "study_groups", env),
+                                 family, fairness, profit, facet)]
+
+
+def distribution_figures(folder: Path, summary: pd.DataFrame, manifest: dict, runs: pd.DataFrame) -> list:
+    """The quantile bands of each group's state over episodes (``figures.distribution``) from the
+    event logs of ``runs`` (study.parquet's rows: run_id, config, study_groups), once per study
+    group of a study across families."""
+    out = []
+    for env, family in _per_environment(manifest).items():
+        groups = figures.groups_in(_part(summary, "study_groups", env).columns, "_mean")
+        spec = figures.distribution(run_folders(folder, _part(runs, "study_groups", env)), family, groups)
+        if spec is not None:
+            out.append(_named(spec, env))
+    return out
+
+
+def _figures(summary: pd.DataFrame, study: pd.DataFrame | None, family: str | None, fairness: str | None,
+             profit: str | None, facet: str | None) -> list:
     groups = figures.groups_in(summary.columns, "_mean")
     style = figures.Style.of(summary, groups)
     specs: list = []
-    study = pd.read_parquet(folder / "study.parquet") if (folder / "study.parquet").is_file() else None
     if study is not None and not study.empty:
         fair, money = figures.fairness_choices(study.columns), figures.profit_choices(study.columns)
         if fair and money:
@@ -276,16 +331,16 @@ def write_figures(folder: Path, summary: pd.DataFrame, out: Path, manifest: dict
                   facet: str | None = None) -> list[Path]:
     """Every study figure in ``out``, in each of ``formats`` (see the module docstring for the names)."""
     specs = study_figures(folder, summary, manifest, fairness, profit, facet)
-    groups = figures.groups_in(summary.columns, "_mean")
-    if "mean_wealth" in figures.METRIC_BY_STEM and any(f"mean_wealth_{g}_mean" in summary.columns for g in groups):
-        style = figures.Style.of(summary, groups)
-        for g in groups:  # the per-group panels earlier reports wrote (scripts read them)
-            specs.append(figures.study_metric(summary, "mean_wealth", study_family(manifest), style, only_group=g))
+    for env, family in _per_environment(manifest).items():
+        part = _part(summary, "study_groups", env)
+        groups = figures.groups_in(part.columns, "_mean")
+        if "mean_wealth" in figures.METRIC_BY_STEM and any(f"mean_wealth_{g}_mean" in part.columns for g in groups):
+            style = figures.Style.of(part, groups)
+            for g in groups:  # the per-group panels earlier reports wrote (scripts read them)
+                specs.append(_named(figures.study_metric(part, "mean_wealth", family, style, only_group=g), env))
     if (folder / "study.parquet").is_file():
-        study = pd.read_parquet(folder / "study.parquet", columns=["run_id", "config"])
-        spec = figures.distribution(run_folders(folder, study), study_family(manifest), groups)
-        if spec is not None:
-            specs.append(spec)
+        runs = pd.read_parquet(folder / "study.parquet", columns=["run_id", "config", "study_groups"])
+        specs += distribution_figures(folder, summary, manifest, runs)
     return [figures.save(spec, out, formats=formats, dpi=dpi) for spec in specs]
 
 
