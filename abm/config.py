@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
     model_validator
 
 from abm import objectives, registry, safe_yaml
-from abm.errors import UserError
+from abm.errors import UserError, read_user_file
 from abm.strict import did_you_mean, fields_at, refuse_loose_scalars
 
 MAX_SEED = 2**63 - 1
@@ -201,8 +201,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     """Parse a YAML mapping from ``path`` with the one bounded loader (``abm.safe_yaml``: size,
     depth, duplicate keys, huge integers, NUL, tags; an empty file is refused) or raise a
     one-line UserError naming the file."""
-    p = Path(path)
-    return safe_yaml.load(p, source=str(p), require_mapping=True, allow_aliases=True)
+    path = Path(path)
+    data = read_user_file(path, limit=safe_yaml.MAX_BYTES)  # a regular file, its size checked before reading
+    return safe_yaml.load(data, source=str(path), require_mapping=True, allow_aliases=True)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -8,6 +8,7 @@ import os
 import stat
 from pathlib import Path
 
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines splits on
 MAX_READ_BYTES = 100_000_000  # 100 MB: the largest ledger or manifest of a 10,000-run study is a few MB
 
 
@@ -34,28 +35,41 @@ def _kind(mode: int) -> str:
             "a special file")
 
 
+def one_line(text: str) -> str:
+    """``text`` with its line breaks written as escapes (a file name may hold one)."""
+    return "".join(repr(c)[1:-1] if c in _LINE_BREAKS else c for c in text)
+
+
+def too_large(where: str, size: int, limit: int) -> UserError:
+    """The one refusal of a file or text over its size limit."""
+    return UserError(f"{where}: {size:,} bytes, more than the {limit:,} allowed")
+
+
 def read_user_file(path: str | Path, what: str = "", limit: int = MAX_READ_BYTES) -> bytes:
     """The bytes of the user-named file ``path``, or a one-line UserError naming it (after ``what``,
     e.g. ``--skip``): it must be a regular file (a symlink to one is fine; a FIFO or a device would
-    block or never end) of at most ``limit`` bytes."""
-    where = f"{what} {path}".lstrip()
+    block or never end) of at most ``limit`` bytes, a size checked before reading (a sparse 10 GB
+    file is refused at once)."""
+    where = one_line(f"{what} {path}".lstrip())
     try:  # O_NONBLOCK: opening a FIFO does not wait for a writer; fstat then refuses it
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise UserError(f"{where}: no such file") from None
     except OSError as exc:
         raise UserError(f"{where}: cannot read ({exc.strerror or exc})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise UserError(f"{where}: is {_kind(mode)}, not a file")
+        raise UserError(f"{where}: is {_kind(info.st_mode)}, not a file")
     with open(fd, "rb") as handle:
+        if info.st_size > limit:
+            raise too_large(where, info.st_size, limit)
         try:
             data = handle.read(limit + 1)  # a file growing while it is read is still bounded
         except OSError as exc:
             raise UserError(f"{where}: cannot read ({exc.strerror or exc})") from None
     if len(data) > limit:
-        raise UserError(f"{where}: larger than {limit:,} bytes")
+        raise too_large(where, len(data), limit)
     return data
 
 

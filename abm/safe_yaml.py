@@ -4,7 +4,8 @@
 code) and turns everything that goes wrong into one :class:`abm.errors.UserError` line naming
 ``source`` and, where there is one, the line. Beyond PyYAML's own errors it refuses:
 
-- files (or texts) over ``MAX_BYTES``, before reading them; text that is not UTF-8;
+- texts over ``MAX_BYTES`` (a file's size is checked before it is read, by
+  :func:`abm.errors.read_user_file`, which ``abm.config.read_yaml`` reads it with); bytes that are not UTF-8;
 - nesting deeper than ``MAX_DEPTH`` and more than ``MAX_VALUES`` values, counted while composing
   (so no ``RecursionError``, and aliases counted as the values they expand to: a few lines of
   them can expand to billions); anchors and aliases at all unless ``allow_aliases``;
@@ -15,19 +16,16 @@ code) and turns everything that goes wrong into one :class:`abm.errors.UserError
 - with ``require_mapping=True``: an empty document, ``{}``, or a top level that is not a mapping.
 
 A plain ``=`` is the string ``"="`` and a plain ``<<`` that is not a merge key the string ``"<<"``.
-``text_or_path``: a ``pathlib.Path`` (or other ``os.PathLike``) is a file to read; a ``str`` is
-the document itself; ``bytes`` are its UTF-8 encoding.
+``text``: a ``str`` is the document itself; ``bytes`` are its UTF-8 encoding.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from typing import Any
 
 import yaml
 
-from abm.errors import UserError
+from abm.errors import UserError, one_line, too_large
 
 MAX_BYTES = 5_000_000  # 5 MB: the largest study file is a few KB
 MAX_DEPTH = 50  # levels of nested lists/mappings
@@ -37,7 +35,6 @@ MAX_INT_DIGITS = 1_000  # Python refuses int() of more than 4,300 digits by defa
 _T = "tag:yaml.org,2002:"
 _MERGE = _T + "merge"
 _COLLECTION_TAGS = {_T + t for t in ("seq", "map", "set", "omap", "pairs")}
-_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines splits on
 
 
 class _Refusal(Exception):
@@ -48,10 +45,6 @@ class _Refusal(Exception):
 
 class _SyntaxError(Exception):
     pass
-
-
-def _one_line(text: str) -> str:
-    return "".join(repr(c)[1:-1] if c in _LINE_BREAKS else c for c in text)
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -179,15 +172,15 @@ SafeLoader.add_constructor(None, SafeLoader._construct_undefined)
 
 
 # -- the public functions -----------------------------------------------------------------
-def load(text_or_path: "str | bytes | os.PathLike", *, source: str, require_mapping: bool = False,
+def load(text: str | bytes, *, source: str, require_mapping: bool = False,
          allow_aliases: bool = False) -> Any:
-    """The document in ``text_or_path`` as plain data, or a one-line UserError naming ``source``."""
-    data = _parse(_read(text_or_path, source), source, allow_aliases=allow_aliases)
+    """The document in ``text`` as plain data, or a one-line UserError naming ``source``."""
+    data = _parse(_read(text, source), source, allow_aliases=allow_aliases)
     if require_mapping and not (isinstance(data, dict) and data):
         problem = ("empty document (nothing but comments or blank lines); expected a mapping of sections"
                    if data is None else "empty mapping {}; expected a mapping of sections" if data == {}
                    else f"the top level must be a mapping of sections, got {type(data).__name__}")
-        raise UserError(_one_line(f"{source}: {problem}"))
+        raise UserError(one_line(f"{source}: {problem}"))
     return data
 
 
@@ -207,35 +200,20 @@ def load_override_value(text: str, *, field: str, allow_aliases: bool = False) -
 
 def _check_size(size: int, source: str) -> None:
     if size > MAX_BYTES:
-        raise UserError(_one_line(f"{source}: {size:,} bytes, more than the {MAX_BYTES:,} allowed "
-                                  f"({MAX_BYTES // 1_000_000} MB)"))
+        raise too_large(one_line(source), size, MAX_BYTES)
 
 
-def _read(text_or_path, source: str) -> str:
-    if isinstance(text_or_path, str):
-        _check_size(len(text_or_path.encode("utf-8", "surrogatepass")), source)
-        return text_or_path
-    if isinstance(text_or_path, bytes):
-        data = text_or_path
-    elif isinstance(text_or_path, os.PathLike):
-        try:
-            info = os.stat(text_or_path)
-            if not stat.S_ISREG(info.st_mode):
-                raise UserError(_one_line(f"{source}: not a file"))
-            _check_size(info.st_size, source)
-            with open(text_or_path, "rb") as handle:
-                data = handle.read(MAX_BYTES + 1)  # a file growing while we read is still bounded
-        except FileNotFoundError:
-            raise UserError(_one_line(f"{source}: file not found")) from None
-        except OSError as exc:
-            raise UserError(_one_line(f"{source}: cannot read ({exc.strerror or exc})")) from None
-    else:
-        raise UserError(_one_line(f"{source}: expected a path or text, got {type(text_or_path).__name__}"))
-    _check_size(len(data), source)
+def _read(text_or_bytes, source: str) -> str:
+    if isinstance(text_or_bytes, str):
+        _check_size(len(text_or_bytes.encode("utf-8", "surrogatepass")), source)
+        return text_or_bytes
+    if not isinstance(text_or_bytes, bytes):
+        raise UserError(one_line(f"{source}: expected text or bytes, got {type(text_or_bytes).__name__}"))
+    _check_size(len(text_or_bytes), source)
     try:
-        return data.decode("utf-8")
+        return text_or_bytes.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UserError(_one_line(f"{source}: not UTF-8 text (byte {exc.start})")) from None
+        raise UserError(one_line(f"{source}: not UTF-8 text (byte {exc.start})")) from None
 
 
 def _parse(text: str, source: str, *, allow_aliases: bool, syntax_errors: bool = True) -> Any:
@@ -270,4 +248,4 @@ def _parse(text: str, source: str, *, allow_aliases: bool, syntax_errors: bool =
     finally:
         if loader is not None:
             loader.dispose()
-    raise UserError(_one_line(f"{source}: {message}"))
+    raise UserError(one_line(f"{source}: {message}"))

@@ -65,7 +65,7 @@ def test_non_utf8_and_missing(tmp_path, monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "validate", str(path))
     assert code == 2 and "not UTF-8" in err
     code, _, err = run_main(monkeypatch, capsys, "validate", str(tmp_path / "absent.yaml"))
-    assert code == 2 and "file not found" in err and err.count("\n") == 1
+    assert code == 2 and "no such file" in err and err.count("\n") == 1
 
 
 BAD_OVERRIDES = [

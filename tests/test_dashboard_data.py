@@ -292,7 +292,7 @@ def test_cli_refuses_bad_folders_and_busy_ports(tmp_path, monkeypatch, capsys):
                           ([], "dashboard: give a run or study folder, or --live SCENARIO (one of them)"),
                           ([str(tmp_path), "--seed", "3"], "dashboard: --policy, --seed and --set apply to --live "
                                                            "SCENARIO only"),
-                          (["--live", str(tmp_path / "nope.yaml")], f"{tmp_path / 'nope.yaml'}: file not found")):
+                          (["--live", str(tmp_path / "nope.yaml")], f"{tmp_path / 'nope.yaml'}: no such file")):
         monkeypatch.setattr("sys.argv", ["abm", "dashboard", *args])
         with pytest.raises(SystemExit) as exit_info:
             main()

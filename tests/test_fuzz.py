@@ -349,7 +349,7 @@ def study_mutation(draw):
                                     ({"g": {"grid": {"arrivals.decay": [-1.0]}}}, "arrivals.decay")]))
         return set_at(doc, ("groups",), bad[0]), bad[1]
     if kind == "base":
-        bad = draw(st.sampled_from([("zq-missing.yaml", "file not found"), ("/", "not a file"),
+        bad = draw(st.sampled_from([("zq-missing.yaml", "no such file"), ("/", "not a file"),
                                     (5, "base"), ([1], "base"), ({"family": "zq"}, "family"),
                                     ({"population": {"loan_mean": "many"}}, "population.loan_mean")]))
         return set_at(doc, ("base",), bad[0]), bad[1]

@@ -159,7 +159,7 @@ def test_the_helpers_refuse_what_is_not_a_regular_file(tmp_path):
     assert read_user_file(big, limit=11) == b"x" * 11
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    for path, message in ((big, "larger than 10 bytes"), (fifo, "is a FIFO"), ("/dev/zero", "is a device"),
+    for path, message in ((big, "11 bytes, more than the 10 allowed"), (fifo, "is a FIFO"), ("/dev/zero", "is a device"),
                           (tmp_path, "is a folder"), (tmp_path / "nope", "no such file")):
         with pytest.raises(UserError, match=message):
             read_user_file(path, "--x", limit=10)

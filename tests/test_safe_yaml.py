@@ -19,6 +19,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from abm import safe_yaml
+from abm.config import read_yaml
 from abm.errors import UserError
 from abm.safe_yaml import MAX_BYTES, MAX_DEPTH, MAX_INT_DIGITS, MAX_VALUES, load, load_override_value
 
@@ -52,35 +53,46 @@ def test_every_scenario_and_study_file_loads_as_before():
     for path in files:
         TRIED["project files (same as yaml.safe_load)"] += 1
         # as abm.config.read_yaml reads them: aliases allowed within the value bound
-        assert load(path, source=str(path), require_mapping=True, allow_aliases=True) == \
-            yaml.safe_load(path.read_text()), path
+        assert read_yaml(path) == yaml.safe_load(path.read_text()), path
 
 
 # -- size -----------------------------------------------------------------------------------
+def refused_file(path, needle: str, cls: str) -> str:
+    """``read_yaml(path)``, how every file is read, must raise one UserError line naming the file."""
+    TRIED[cls] += 1
+    with pytest.raises(UserError) as info:
+        read_yaml(path)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and message.startswith(f"{path}: ") and needle in message, message
+    REFUSED[cls] += 1
+    return message
+
+
 def test_size_limit_is_checked_before_reading(tmp_path):
     big = tmp_path / "big.yaml"
     with open(big, "wb") as handle:  # sparse: 10 GB that take no disk and must not be read
         handle.truncate(10_000_000_000)
-    message = refused(big, "10,000,000,000 bytes, more than the 5,000,000 allowed (5 MB)", source=str(big), cls="size")
-    assert message == f"{big}: 10,000,000,000 bytes, more than the 5,000,000 allowed (5 MB)"
+    message = refused_file(big, "", cls="size")
+    assert message == f"{big}: 10,000,000,000 bytes, more than the 5,000,000 allowed"
     refused("a: " + "x" * MAX_BYTES, "more than the 5,000,000 allowed", cls="size")
     refused(("a: " + "é" * (MAX_BYTES // 2)).encode(), "more than the 5,000,000 allowed", cls="size")
     edge = tmp_path / "edge.yaml"
     edge.write_bytes(b"a: " + b"x" * (MAX_BYTES - 3))  # exactly the limit: read
     TRIED["size"] += 1
-    assert len(load(edge, source="edge")["a"]) == MAX_BYTES - 3
+    assert len(read_yaml(edge)["a"]) == MAX_BYTES - 3
 
 
 def test_files_that_cannot_be_read(tmp_path):
-    refused(tmp_path / "missing.yaml", "file not found", source="m.yaml", cls="unreadable files")
-    refused(tmp_path, "not a file", source="d", cls="unreadable files")
+    refused_file(tmp_path / "missing.yaml", "no such file", cls="unreadable files")
+    refused_file(tmp_path, "is a folder, not a file", cls="unreadable files")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    refused(fifo, "not a file", source="fifo", cls="unreadable files")  # never blocks on open()
+    refused_file(fifo, "is a FIFO, not a file", cls="unreadable files")  # never blocks on open()
     bad = tmp_path / "latin1.yaml"
     bad.write_bytes("name: caf\xe9\n".encode("latin-1"))
-    refused(bad, "not UTF-8 text (byte 9)", source="l.yaml", cls="unreadable files")
-    refused(42, "expected a path or text, got int", cls="unreadable files")
+    refused_file(bad, "not UTF-8 text (byte 9)", cls="unreadable files")
+    refused(42, "expected text or bytes, got int", cls="unreadable files")
+    refused(bad, "expected text or bytes, got PosixPath", cls="unreadable files")  # a file is read_yaml's
 
 
 # -- depth ----------------------------------------------------------------------------------
