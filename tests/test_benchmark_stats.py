@@ -85,3 +85,12 @@ def test_bad_input_is_one_line(ledger, tmp_path, capsys):
             benchmark_stats.main(argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert exit_.value.code == 2 and len(err) == 1 and says in err[0], err
+
+
+def test_the_results_page_holds_the_shipped_ledgers_tables_verbatim():
+    """docs/results/benchmark.md quotes benchmark_stats.py's output on the shipped ledger whole: a
+    ledger or code change that moves a number must regenerate the page."""
+    tables = benchmark_stats.markdown(benchmark_stats.frame(str(ROOT / "docs" / "results" / "benchmark.csv"),
+                                                           str(ROOT / "scenarios" / "studies" / "benchmark.yaml")))
+    assert "All 215 runs" in tables
+    assert tables.strip() in (ROOT / "docs" / "results" / "benchmark.md").read_text()
