@@ -46,13 +46,13 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario or study fil
              plugins_: List[Path] = typer.Option([], "--plugins", metavar="DIR", help=PLUGINS_HELP)) -> None:
     """Check scenario (or study) files as `abm run` / `abm study` would: exit 0, or exit 2 with one line
     per problem. Imports a plugin only where `run` would (installed, PYTHONPATH, --plugins, typed names)."""
-    from abm.config import load_scenario, read_yaml
+    from abm.config import load_scenario, read_yaml, scenario_file
 
     _consent(plugins_, policy, sets=set_)
     problems = []
     for f in files:
         try:
-            data = read_yaml(f / "scenario.yaml" if f.is_dir() else f)  # a run folder, as `abm run` takes it
+            data = read_yaml(scenario_file(f))  # a run folder, as `abm run` takes it
             if "study" in data or "base" in data and "grid" in data:
                 from abm.study import load_study
 

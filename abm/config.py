@@ -299,15 +299,22 @@ def validate_scenario_dict(data: dict[str, Any], source: str = "scenario"):
     return scenario
 
 
+def scenario_file(path: str | Path) -> Path:
+    """``path`` itself, or a run folder's ``scenario.yaml`` (a folder without one: a one-line UserError)."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "scenario.yaml").is_file():
+            raise UserError(f"{path}: a folder without scenario.yaml: give a scenario file or a run folder")
+        return path / "scenario.yaml"
+    return path
+
+
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (), **fields: Any):
     """Read, override and validate a scenario file, or a run folder's ``scenario.yaml`` (the fully
     resolved scenario of that run, so ``abm run RUN_FOLDER`` computes the run again). ``fields``
     are top-level shortcuts (``policy``, ``episodes``, ``seed``) used by the CLI flags; ``None``
     values are ignored."""
-    if Path(path).is_dir():
-        if not (Path(path) / "scenario.yaml").is_file():
-            raise UserError(f"{path}: a folder without scenario.yaml: give a scenario file or a run folder")
-        path = Path(path) / "scenario.yaml"
+    path = scenario_file(path)
     data = read_yaml(path)
     extra = []
     if fields.get("seed") is not None:

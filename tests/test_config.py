@@ -66,6 +66,8 @@ def test_non_utf8_and_missing(tmp_path, monkeypatch, capsys):
     assert code == 2 and "not UTF-8" in err
     code, _, err = run_main(monkeypatch, capsys, "validate", str(tmp_path / "absent.yaml"))
     assert code == 2 and "no such file" in err and err.count("\n") == 1
+    code, _, err = run_main(monkeypatch, capsys, "validate", str(tmp_path))  # as `abm run FOLDER` says it
+    assert code == 2 and err == f"error: {tmp_path}: a folder without scenario.yaml: give a scenario file or a run folder\n"
 
 
 BAD_OVERRIDES = [
