@@ -382,3 +382,43 @@ def test_live_view_has_the_scenarios_parameters_and_draws_from_the_first_step(br
         wait.until(lambda d: "policy random" in counter(d) and counter(d).startswith("Episode 0 of 3"))
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def cross_dir(tmp_path_factory):
+    """A study across two families: lending (credit_score) and infectious disease."""
+    from abm.study import run_study, study_from_dict
+
+    doc = {"study": {"name": "cross", "seed": 5, "seeds": 2},
+           "base": str(SCENARIOS / "lending-credit.yaml"),
+           "groups": {"lending": {"overrides": {"population.size": 100, "episodes.count": 2, "episodes.horizon": 100},
+                                  "policies": [{"name": "max_util"}, {"name": "approve_all"}]},
+                      "infectious": {"base": str(SCENARIOS / "infectious-disease.yaml"),
+                                     "overrides": {"episodes.count": 3},
+                                     "policies": [{"name": "approve_all"}, {"name": "most_connected"}]}}}
+    folder = tmp_path_factory.mktemp("cross") / "cross"
+    run_study(study_from_dict(doc, "cross"), folder, workers=0, quiet=True)
+    return folder
+
+
+def test_a_study_across_families_shows_each_environment_on_its_own_axes(cross_dir, browser):
+    """Its metric figures are per environment, and the frontier has an environment picker: one axis
+    never pools lending's approve_all with infectious disease's."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = _serve(str(cross_dir))
+    url = next(server)
+    try:
+        wait = WebDriverWait(browser, 120, poll_frequency=0.3, ignored_exceptions=(StaleElementReferenceException,))
+        browser.get(url)
+        wait.until(lambda d: any(t.startswith("lending: ") for t in _chart_texts(d, ".abm-metric")))
+        wait.until(lambda d: [t for t in _css(d, ".v-tab") if t.text.upper() == "FRONTIER AND RATES"] or None)[0].click()
+        wait.until(lambda d: _css(d, ".abm-frontier-env") or None)
+        wait.until(lambda d: "max_util" in " ".join(_chart_texts(d, ".abm-frontier")))
+        assert "most_connected" not in " ".join(_chart_texts(browser, ".abm-frontier"))
+        _pick(browser, wait, ".abm-frontier-env", "infectious")
+        wait.until(lambda d: "most_connected" in " ".join(_chart_texts(d, ".abm-frontier")))
+        assert "max_util" not in " ".join(_chart_texts(browser, ".abm-frontier"))
+    finally:
+        server.close()

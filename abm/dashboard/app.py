@@ -7,8 +7,9 @@ A folder that cannot be read gives an error page, never a traceback.
 
 The figures are the report's (``abm.reports.figures``: the same specs ``abm report`` draws):
 one interactive chart at a time with a metric picker (hover a point for its values, drag to
-pan, wheel to zoom, click a legend entry), the frontier with a choice of axes for a study, and
-every metric as a static overview below. A study's configuration table links each
+pan, wheel to zoom, click a legend entry), the frontier with a choice of axes for a study (and of
+environment for a study across families, whose figures come one per environment), and every
+metric as a static overview below. A study's configuration table links each
 configuration to its runs.
 """
 
@@ -29,7 +30,7 @@ from abm.dashboard import data, figures
 from abm.errors import UserError
 from abm.reports import figures as specs
 from abm.reports.run import run_figures
-from abm.reports.study import study_family
+from abm.reports.study import environment_rows, environments
 
 # Solara asks for a SameSite=None cookie, which needs https or the name "localhost"; served over
 # http on 127.0.0.1 it falls back to SameSite=Lax (right for a local app) and warns on every page.
@@ -130,16 +131,25 @@ def _spec_json(folder: str, stamp: tuple, kind: str, name: str) -> dict:
 
 
 @functools.lru_cache(maxsize=64)
-def _frontier_json(folder: str, stamp: tuple, fairness: str, profit: str) -> dict:
+def _frontier_json(folder: str, stamp: tuple, fairness: str, profit: str, env: str | None = None) -> dict:
+    """The frontier of the study, or of its group ``env`` in a study across families."""
     study = _open_cached(folder, stamp)
-    frame = _study_frame(folder, stamp)
-    style = specs.Style.of(study.summary, specs.groups_in(study.summary.columns, "_mean"))
-    return figures.vega_spec(specs.frontier(frame, fairness, profit, study_family(study.manifest), style))
+    frame = environment_rows(_study_frame(folder, stamp), "study_groups", env)
+    summary = environment_rows(study.summary, "study_groups", env)
+    style = specs.Style.of(summary, specs.groups_in(summary.columns, "_mean"))
+    return figures.vega_spec(specs.frontier(frame, fairness, profit, environments(study.manifest)[env], style))
+
+
+def _base(name: str, spec) -> str:
+    """A figure's catalogue name: ``name`` without the ``_<group>`` a study across families gives
+    each of its figures (titled ``<group>: ...``; ``abm.reports.study.study_figures``)."""
+    group = spec.title.split(": ", 1)[0] if ": " in spec.title else None
+    return name.removesuffix(f"_{group}") if group and name.endswith(f"_{group}") else name
 
 
 def _metric_names(table: dict) -> list[str]:
     """The per-metric figures of a spec table, in catalogue order (frontier, rates etc. excluded)."""
-    return [name for name, spec in table.items() if name in specs.METRIC_BY_STEM]
+    return [name for name, spec in table.items() if _base(name, spec) in specs.METRIC_BY_STEM]
 
 
 def warm(path: str | Path) -> None:
@@ -490,22 +500,30 @@ def ConfigurationsView(study, open_run=None):
 @solara.component
 def StudyFiguresView(study):
     key = _key(study.folder)
-    frame = _study_frame(*key)
+    envs = list(environments(study.manifest))  # [None], or a study across families' groups
+    env = solara.use_reactive(envs[0])
+    shown = env.value if env.value in envs else envs[0]
+    frame = environment_rows(_study_frame(*key), "study_groups", shown)
     fair, money = specs.fairness_choices(frame.columns), specs.profit_choices(frame.columns)
     x = solara.use_reactive(fair[0] if fair else None)
     y = solara.use_reactive(money[0] if money else None)
+    if shown is not None:  # one axis cannot hold two families' metrics
+        solara.Select("environment (study group)", values=envs, value=env, classes=["abm-frontier-env"],
+                      style={"max-width": "320px"})
     if fair and money:
+        xv, yv = (x.value if x.value in fair else fair[0]), (y.value if y.value in money else money[0])
         solara.Markdown("#### Frontier: fairness against profit at the final episode")
         with solara.Row():
-            solara.Select("fairness (x)", values=fair, value=x, classes=["abm-frontier-x"],
+            solara.Select("fairness (x)", values=fair, value=xv, on_value=x.set, classes=["abm-frontier-x"],
                           style={"max-width": "320px"})
-            solara.Select("profit or return (y)", values=money, value=y, classes=["abm-frontier-y"],
+            solara.Select("profit or return (y)", values=money, value=yv, on_value=y.set, classes=["abm-frontier-y"],
                           style={"max-width": "320px"})
-        figures.VegaChart(_frontier_json(*key, x.value, y.value), classes=["abm-frontier"])
-    table = {**{k: v for k, v in _study_specs(*key).items() if k == "group_rates"}, **_study_extra(*key)}
+        figures.VegaChart(_frontier_json(*key, xv, yv, shown), classes=["abm-frontier"])
+    rates = {k: v for k, v in _study_specs(*key).items() if _base(k, v) == "group_rates"}
+    table = {**rates, **_study_extra(*key)}
     if table:
         titles = {name: spec.title for name, spec in table.items()}
-        kinds = {name: "study" if name == "group_rates" else "extra" for name in table}
+        kinds = {name: "study" if name in rates else "extra" for name in table}
         FigureList(key, kinds, titles)
 
 

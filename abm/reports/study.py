@@ -253,10 +253,10 @@ def group_families(manifest: dict) -> dict[str, str]:
     return out
 
 
-def _part(frame: pd.DataFrame, column: str, env: str | None) -> pd.DataFrame:
+def environment_rows(frame: pd.DataFrame, column: str, env: str | None) -> pd.DataFrame:
     """``frame``'s rows of study group ``env`` (``column``: comma-separated groups) without the
-    columns only other groups fill; all of it for ``env=None``."""
-    if env is None:
+    columns only other groups fill; all of it for ``env=None`` (or a frame without ``column``: no runs yet)."""
+    if env is None or column not in frame.columns:
         return frame
     return frame[frame[column].astype(str).str.split(",").map(lambda gs: env in gs)].dropna(axis=1, how="all")
 
@@ -267,7 +267,7 @@ def _named(spec, env: str | None):
     return spec
 
 
-def _per_environment(manifest: dict) -> dict:
+def environments(manifest: dict) -> dict:
     """Study group -> family for a study across families (a benchmark: one axis cannot hold two
     families' metrics, so its figures are drawn per group), else {None: the study's family}."""
     envs = group_families(manifest)
@@ -283,9 +283,9 @@ def study_figures(folder: str | Path, summary: pd.DataFrame | None = None, manif
     manifest = manifest if manifest is not None else read_manifest(folder)
     summary = summary if summary is not None else load_summary(folder)
     study = pd.read_parquet(folder / "study.parquet") if (folder / "study.parquet").is_file() else None
-    return [_named(spec, env) for env, family in _per_environment(manifest).items()
-            for spec in _figures(_part(summary, "study_groups", env),
-                                 None if study is None else _part(study, "study_groups", env),
+    return [_named(spec, env) for env, family in environments(manifest).items()
+            for spec in _figures(environment_rows(summary, "study_groups", env),
+                                 None if study is None else environment_rows(study, "study_groups", env),
                                  family, fairness, profit, facet)]
 
 
@@ -294,9 +294,9 @@ def distribution_figures(folder: Path, summary: pd.DataFrame, manifest: dict, ru
     event logs of ``runs`` (study.parquet's rows: run_id, config, study_groups), once per study
     group of a study across families."""
     out = []
-    for env, family in _per_environment(manifest).items():
-        groups = figures.groups_in(_part(summary, "study_groups", env).columns, "_mean")
-        spec = figures.distribution(run_folders(folder, _part(runs, "study_groups", env)), family, groups)
+    for env, family in environments(manifest).items():
+        groups = figures.groups_in(environment_rows(summary, "study_groups", env).columns, "_mean")
+        spec = figures.distribution(run_folders(folder, environment_rows(runs, "study_groups", env)), family, groups)
         if spec is not None:
             out.append(_named(spec, env))
     return out
@@ -331,8 +331,8 @@ def write_figures(folder: Path, summary: pd.DataFrame, out: Path, manifest: dict
                   facet: str | None = None) -> list[Path]:
     """Every study figure in ``out``, in each of ``formats`` (see the module docstring for the names)."""
     specs = study_figures(folder, summary, manifest, fairness, profit, facet)
-    for env, family in _per_environment(manifest).items():
-        part = _part(summary, "study_groups", env)
+    for env, family in environments(manifest).items():
+        part = environment_rows(summary, "study_groups", env)
         groups = figures.groups_in(part.columns, "_mean")
         if "mean_wealth" in figures.METRIC_BY_STEM and any(f"mean_wealth_{g}_mean" in part.columns for g in groups):
             style = figures.Style.of(part, groups)
