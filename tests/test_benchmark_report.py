@@ -104,3 +104,16 @@ def test_the_study_figures_of_a_study_across_families_are_drawn_per_environment(
     assert {"recall_gap_lending", "cumulative_profit_attention"} <= names and "recall_gap_attention" not in names
     files = {p.name for p in render(cross_study).iterdir()}
     assert {"recall_gap_lending.png", "distribution_attention.png"} <= files and "recall_gap.png" not in files
+
+
+def test_seed_002s_forms_take_each_environment_in_its_own_form(cross_study):
+    """Lending gets Table 1's form and Figure 1's (not Table 5's, which the pooled columns of other
+    families' groups chose); attention allocation, with no recall gap, gets no seed-002 table."""
+    from abm.reports import seed002
+
+    text = seed002.seed_tables(seed002.study_frame(cross_study), cross_study)
+    assert "## lending" in text and "## attention" not in text
+    header = next(line for line in text.splitlines() if line.startswith("| Method"))
+    assert header == "| Method | Runs | Eval. | Avg. Return | Credit Gap | Recall (G1) | Recall (G2) | Recall Gap |"
+    (spec,) = seed002.figures(cross_study)
+    assert spec.name == "seed002_figure1" and all("[attention]" not in p.title for p in spec.panels)

@@ -165,7 +165,7 @@ def test_paper_figures_keep_the_seeds_panel_layout(tmp_path):
                              "policy": method, "objective": "none", "replicate": r, "episode": e,
                              "time": 1000.0 * (e + 1), "cumulative_return": 10.0 * e + r, "recall_G1": 0.5,
                              "recall_G2": 0.4 + 0.01 * r, "recall_gap": 0.1, "credit_gap": 1.0})
-    spec = seed002.figure_spec(pd.DataFrame(runs))
+    (spec,) = seed002.figure_specs(pd.DataFrame(runs))
     assert spec.name == "seed002_figure1"
     assert [p.title for p in spec.panels] == ["(a) Average return", "(b) Recall, G1", "(c) Recall, G2",
                                               "(d) Credit gap"]

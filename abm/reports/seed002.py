@@ -112,7 +112,25 @@ def seed_tables(study: pd.DataFrame, folder: str | Path | None = None) -> str:
     ``folder``, each run's value is its mean over its evaluation episodes (``with_evaluations``)."""
     if study.empty or "recall_gap" not in study.columns:
         return ""
-    return tables_markdown(final_rows(study, folder))
+    return tables_markdown(final_rows(study, folder), per_group=_across_families(folder))
+
+
+def _across_families(folder: str | Path | None) -> bool:
+    """Whether the study's groups simulate different families (a benchmark): each group then gets
+    the table and figure form of its own columns, and a group without a recall gap none."""
+    from abm.reports.study import environments
+    from abm.study.aggregate import read_manifest
+
+    return folder is not None and None not in environments(read_manifest(Path(folder)))
+
+
+def _own(part: pd.DataFrame, per_group: bool) -> pd.DataFrame | None:
+    """A study group's rows; with ``per_group``, without the columns only other groups fill, and
+    None where the group has no recall gap (not one of the seed's forms)."""
+    if not per_group:
+        return part
+    part = part.dropna(axis=1, how="all")
+    return part if "recall_gap" in part.columns else None
 
 
 def study_group_column(frame: pd.DataFrame) -> str:
@@ -121,13 +139,17 @@ def study_group_column(frame: pd.DataFrame) -> str:
     return "group" if "study_group" not in frame.columns and "group" in frame.columns else "study_group"
 
 
-def tables_markdown(final: pd.DataFrame) -> str:
+def tables_markdown(final: pd.DataFrame, per_group: bool = False) -> str:
     """``seed_tables``' Markdown from its per-run rows (``final_rows``: columns study_group (a
-    ledger's: group), config, eval_episodes and the metrics), e.g. those a ledger of runs keeps."""
+    ledger's: group), config, eval_episodes and the metrics), e.g. those a ledger of runs keeps.
+    ``per_group``: each group's table in the form of its own columns (``_own``)."""
     lines = ["# Seed 002 tables", "",
              "Final episode of every run (the mean over its evaluation episodes where it ran several: column "
              "Eval.); mean ± 95% CI (Student t) over the seeded replicates.", ""]
     for group, part in final.groupby(study_group_column(final), sort=False):
+        part = _own(part, per_group)
+        if part is None:
+            continue
         cols = table_columns(part)
         header = ["Method", "Runs", "Eval.", *[h for h, _ in cols]]
         lines += [f"## {group}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -163,23 +185,32 @@ def figure_columns(part: pd.DataFrame) -> tuple[str, list[tuple[str, str, str]]]
     return "1", cols
 
 
-def figure_spec(study: pd.DataFrame):
-    """The seed's figure over the evaluation for this study: one row of panels per study group."""
+def figure_specs(study: pd.DataFrame, per_group: bool = False) -> list:
+    """The seed's figure over the evaluation for this study: one row of panels per study group.
+    ``per_group`` (a study across families): each group in the form of its own columns, one
+    figure per form (lending's Figure 1, admissions' Figure 10 ...)."""
     from abm.reports import figures as fig
 
-    frame = study.copy()
-    recalls = [c for c in frame.columns if c.startswith("recall_") and c != "recall_gap"]
-    if len(recalls) > 2:
-        frame["recall_mean"] = frame[recalls].astype(float).mean(axis=1)
-        frame["recall_sd"] = frame[recalls].astype(float).std(axis=1, ddof=0)
-    style = fig.Style.of(frame)
-    column = study_group_column(frame)
-    groups = list(dict.fromkeys(frame[column])) if column in frame.columns else [None]
-    number, _ = figure_columns(frame)
-    panels = []
+    style = fig.Style.of(study)
+    column = study_group_column(study)
+    groups = list(dict.fromkeys(study[column])) if column in study.columns else [None]
+    number, _ = figure_columns(study)
+    forms: dict[str, list] = {}  # the figure's number -> its panels
+    rows: dict[str, int] = {}  # -> its rows of panels: the study groups in that form
+    widest: dict[str, int] = {}  # -> the most panels one group has in it
     for group in groups:
-        part = frame if group is None else frame[frame[column] == group]
-        _, cols = figure_columns(part)
+        part = _own(study if group is None else study[study[column] == group], per_group)
+        if part is None:
+            continue
+        part = part.copy()
+        recalls = [c for c in part.columns if c.startswith("recall_") and c != "recall_gap"]
+        if len(recalls) > 2:
+            part["recall_mean"] = part[recalls].astype(float).mean(axis=1)
+            part["recall_sd"] = part[recalls].astype(float).std(axis=1, ddof=0)
+        form, cols = figure_columns(part)
+        form = form if per_group else number
+        panels = forms.setdefault(form, [])
+        rows[form], before = rows.get(form, 0) + 1, len(panels)
         for title, col, ylabel in cols:
             if col not in part.columns or part[col].isna().all():
                 continue
@@ -187,9 +218,11 @@ def figure_spec(study: pd.DataFrame):
             name = title if len(groups) == 1 else f"{title} [{group}]"
             panels.append(fig.FigureSpec(col, name, "time steps", ylabel, series, caption=fig.CI_CAPTION,
                                              legend_title="method"))
-    ncols = max(1, len(panels) // max(1, len(groups)))
-    return fig.Panels(f"seed002_figure{number}", f"Seed 002 Figure {number} form: mean and 95% CI over seeds "
-                          "(not smoothed)", panels, ncols=min(4, ncols), caption=fig.CI_CAPTION)
+        widest[form] = max(widest.get(form, 0), len(panels) - before)
+    return [fig.Panels(f"seed002_figure{form}", f"Seed 002 Figure {form} form: mean and 95% CI over seeds "
+                       "(not smoothed)", panels, caption=fig.CI_CAPTION,
+                       ncols=min(4, max(1, widest[form] if per_group else len(panels) // rows[form])))
+            for form, panels in forms.items()]
 
 
 def study_frame(folder: str | Path) -> pd.DataFrame | None:
@@ -217,4 +250,4 @@ def write(folder: str | Path, out: str | Path) -> list[Path]:
 
 def figures(folder: str | Path) -> list:
     """The seed's figure as a spec (``abm report`` draws it beside the tables as PNG)."""
-    return [figure_spec(study_frame(folder))] if applies(folder) else []
+    return figure_specs(study_frame(folder), _across_families(folder)) if applies(folder) else []
