@@ -121,7 +121,8 @@ def _across_families(folder: str | Path | None) -> bool:
     from abm.reports.study import environments
     from abm.study.aggregate import read_manifest
 
-    return folder is not None and None not in environments(read_manifest(Path(folder)))
+    return (folder is not None and (Path(folder) / "manifest.json").is_file()  # a study's, not a run's folder
+            and None not in environments(read_manifest(Path(folder))))
 
 
 def _own(part: pd.DataFrame, per_group: bool) -> pd.DataFrame | None:
