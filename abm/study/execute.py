@@ -338,11 +338,28 @@ def _auto(tasks: list[dict], rule: AutoBackend, scratch: Path, outcome: StudyOut
     say(f"backend: in process, {len(walls)} runs in {sum(walls):.1f}s: {why} (--workers N starts a cluster)")
 
 
+def _not_the_sync_cancel_race(record: logging.LogRecord) -> bool:
+    """A ``tornado.application`` log filter. On Ctrl+C, distributed's ``sync()`` (2026.8) schedules
+    a ``cancel`` callback that reads its ``future`` before its coroutine has set it when the
+    interrupt comes first; tornado then logs that callback's NameError with a traceback. The
+    interrupt itself is handled (``Interrupted``: one line, exit 130), so that one record is
+    dropped; every other record passes."""
+    exc = record.exc_info[1] if record.exc_info else None
+    tb = getattr(exc, "__traceback__", None)
+    if not isinstance(exc, NameError) or tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return not (code.co_name == "cancel" and Path(code.co_filename).parts[-2:] == ("distributed", "utils.py"))
+
+
 @contextlib.contextmanager
 def local_client(n_workers: int, scratch: Path):
     """A LocalCluster of single-threaded worker processes with scratch in ``scratch``."""
     from distributed import Client, LocalCluster
 
+    logging.getLogger("tornado.application").addFilter(_not_the_sync_cancel_race)  # a second add is a no-op
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -366,6 +383,7 @@ def dask_setup(worker) -> None:
 def remote_client(address: str, timeout_s: float = 20.0):
     from distributed import Client
 
+    logging.getLogger("tornado.application").addFilter(_not_the_sync_cancel_race)
     try:
         client = Client(address, timeout=timeout_s)
     except (OSError, TimeoutError, ValueError) as exc:
