@@ -402,8 +402,8 @@ def cross_dir(tmp_path_factory):
 
 
 def test_a_study_across_families_shows_each_environment_on_its_own_axes(cross_dir, browser):
-    """Its metric figures are per environment, and the frontier has an environment picker: one axis
-    never pools lending's approve_all with infectious disease's."""
+    """Its configurations table, metric figures and frontier each have an environment picker: one
+    table or axis never pools lending's approve_all with infectious disease's."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -413,6 +413,15 @@ def test_a_study_across_families_shows_each_environment_on_its_own_axes(cross_di
         wait = WebDriverWait(browser, 120, poll_frequency=0.3, ignored_exceptions=(StaleElementReferenceException,))
         browser.get(url)
         wait.until(lambda d: any(t.startswith("lending: ") for t in _chart_texts(d, ".abm-metric")))
+
+        def rows(d) -> dict:  # the configurations table: label -> its run links
+            return {r.get_attribute("data-config"): len(r.find_elements("css selector", ".abm-run-link"))
+                    for r in _css(d, "table.abm-study-final tbody tr")}
+
+        assert rows(browser) == {"max_util": 2, "approve_all": 2}  # lending's alone, each with its own 2 runs
+        _pick(browser, wait, ".abm-config-env", "infectious")
+        wait.until(lambda d: rows(d) == {"approve_all": 2, "most_connected": 2})
+        wait.until(lambda d: any(t.startswith("infectious: ") for t in _chart_texts(d, ".abm-metric")))
         wait.until(lambda d: [t for t in _css(d, ".v-tab") if t.text.upper() == "FRONTIER AND RATES"] or None)[0].click()
         wait.until(lambda d: _css(d, ".abm-frontier-env") or None)
         wait.until(lambda d: "max_util" in " ".join(_chart_texts(d, ".abm-frontier")))

@@ -220,6 +220,22 @@ def test_study_bands_are_mean_plus_minus_std_and_the_table_a_95_ci():
         study_bands(_summary(), "profit")
 
 
+def test_a_label_in_two_study_groups_is_two_rows_each_with_its_own_runs():
+    """PPO in lending and PPO in admissions are two configurations: the table says which group each
+    row is, and each row's links are its own runs."""
+    from abm.dashboard.data import Study, runs_by_config, study_final_table
+
+    summary = _summary().assign(config=["PPO"] * 4, study_groups=["lending"] * 2 + ["admissions"] * 2)
+    final = study_final_table(summary, ["wealth_gap"])
+    assert list(final.index) == ["a", "b"] and final["configuration"].tolist() == ["PPO", "PPO"]
+    assert final["group"].tolist() == ["lending", "admissions"] and list(final.columns)[:3] == ["configuration", "group", "runs"]
+    frame = pd.DataFrame({"run_id": ["PPO-a-r0", "PPO-a-r0", "PPO-b-r0", "PPO-b-r1"], "config_id": ["a", "a", "b", "b"],
+                          "config": ["PPO"] * 4, "episode": [0, 1, 0, 0]})
+    study = Study(SCENARIOS, {}, summary, ["PPO-a-r0", "PPO-b-r0", "PPO-b-r1"])
+    assert runs_by_config(study, frame) == {"a": ["PPO-a-r0"], "b": ["PPO-b-r0", "PPO-b-r1"]}
+    assert "group" not in study_final_table(_summary().assign(study_groups="one"), ["wealth_gap"]).columns
+
+
 def test_study_folder_lists_finished_runs(tmp_path, run_dir):
     from abm.dashboard.data import Study, open_folder
     from abm.runner import write_parquet

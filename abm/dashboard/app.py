@@ -7,9 +7,9 @@ A folder that cannot be read gives an error page, never a traceback.
 
 The figures are the report's (``abm.reports.figures``: the same specs ``abm report`` draws):
 one interactive chart at a time with a metric picker (hover a point for its values, drag to
-pan, wheel to zoom, click a legend entry), the frontier with a choice of axes for a study (and of
-environment for a study across families, whose figures come one per environment), and every
-metric as a static overview below. A study's configuration table links each
+pan, wheel to zoom, click a legend entry), the frontier with a choice of axes for a study, and
+every metric as a static overview below; a study across families shows one study group at a
+time (``use_environment_picker``). A study's configuration table links each
 configuration to its runs.
 """
 
@@ -468,10 +468,23 @@ def StudyView(study):
             StudyRunsView(study, run_id)
 
 
+def use_environment_picker(study, css: str) -> str | None:
+    """A study across families (``abm.reports.study.environments``): a picker of its study groups,
+    each shown alone, since one axis or table cannot hold two families' metrics; returns the group
+    picked. Any other study: no picker, None (everything)."""
+    envs = list(environments(study.manifest))
+    env = solara.use_reactive(envs[0])
+    shown = env.value if env.value in envs else envs[0]
+    if shown is not None:
+        solara.Select("environment (study group)", values=envs, value=env, classes=[css], style={"max-width": "320px"})
+    return shown
+
+
 @solara.component
 def ConfigurationsView(study, open_run=None):
-    summary = study.summary
     key = _key(study.folder)
+    shown = use_environment_picker(study, "abm-config-env")
+    summary = environment_rows(study.summary, "study_groups", shown)
     panels = data.metric_panels(summary.columns, suffix="_mean")
     metrics = [m for _, cols in panels for m in cols]
     final = data.study_final_table(summary, metrics)
@@ -479,18 +492,18 @@ def ConfigurationsView(study, open_run=None):
     solara.Markdown("Final episode of each configuration: mean ± 95% CI over its seeded runs; its runs open in *Runs*.")
     header = [solara.v.Html(tag="th", children=[c]) for c in [*final.columns, "runs (open)"]]
     body = []
-    for row in final.itertuples(index=False):
+    for config_id, row in zip(final.index, final.itertuples(index=False)):
         cells = [solara.v.Html(tag="td", children=[str(v)]) for v in row]
         buttons = [solara.Button(rid.rsplit("-", 1)[-1], small=True, text=True, classes=["abm-run-link"],
                                  on_click=functools.partial(open_run, rid) if open_run else None)
-                   for rid in links.get(str(row[0]), [])]
+                   for rid in links.get(str(config_id), [])]
         cells.append(solara.v.Html(tag="td", children=buttons))
         body.append(solara.v.Html(tag="tr", children=cells, attributes={"data-config": str(row[0])}))
     solara.v.Html(tag="table", class_="abm-table abm-study-final", children=[
         solara.v.Html(tag="thead", children=[solara.v.Html(tag="tr", children=header)]),
         solara.v.Html(tag="tbody", children=body)])
     table = _study_specs(*key)
-    names = _metric_names(table)
+    names = [n for n in _metric_names(table) if shown is None or table[n].title.startswith(f"{shown}: ")]
     if names:
         InteractiveFigure(key, "study", names, {n: table[n].title for n in names})
         solara.Markdown("#### Every metric (configurations and groups on one axis; bands: 95% CI over seeds)")
@@ -500,16 +513,11 @@ def ConfigurationsView(study, open_run=None):
 @solara.component
 def StudyFiguresView(study):
     key = _key(study.folder)
-    envs = list(environments(study.manifest))  # [None], or a study across families' groups
-    env = solara.use_reactive(envs[0])
-    shown = env.value if env.value in envs else envs[0]
+    shown = use_environment_picker(study, "abm-frontier-env")
     frame = environment_rows(_study_frame(*key), "study_groups", shown)
     fair, money = specs.fairness_choices(frame.columns), specs.profit_choices(frame.columns)
     x = solara.use_reactive(fair[0] if fair else None)
     y = solara.use_reactive(money[0] if money else None)
-    if shown is not None:  # one axis cannot hold two families' metrics
-        solara.Select("environment (study group)", values=envs, value=env, classes=["abm-frontier-env"],
-                      style={"max-width": "320px"})
     if fair and money:
         xv, yv = (x.value if x.value in fair else fair[0]), (y.value if y.value in money else money[0])
         solara.Markdown("#### Frontier: fairness against profit at the final episode")

@@ -145,12 +145,17 @@ def study_bands(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def study_final_table(summary: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     """Configurations side by side at their last episode: mean ± 95% CI per metric (as the report's
-    comparison tables: ``abm.reports.study.ci_cell``)."""
+    comparison tables: ``abm.reports.study.ci_cell``), indexed by configuration id; with a column
+    ``group`` where the configurations belong to more than one study group (a label such as PPO
+    may name one configuration in each)."""
     if summary.empty:
         return pd.DataFrame(columns=["configuration", "runs", *metrics])
     last = summary.loc[summary.groupby("config_id", sort=False)["episode"].idxmax()]
-    out = pd.DataFrame({"configuration": last["config"].astype(str).to_numpy(),
-                        "runs": last["count"].astype(int).to_numpy()})
+    out = pd.DataFrame({"configuration": last["config"].astype(str).to_numpy()},
+                       index=pd.Index(last["config_id"].astype(str).to_numpy(), name="config_id"))
+    if "study_groups" in last.columns and last["study_groups"].nunique() > 1:
+        out["group"] = last["study_groups"].astype(str).to_numpy()
+    out["runs"] = last["count"].astype(int).to_numpy()
     for m in metrics:
         half = t_half_width(last[f"{m}_std"], last["count"])
         out[m] = [ci_cell(a, h, int(n), int(n)) for a, h, n in zip(last[f"{m}_mean"], half, last["count"])]
@@ -303,7 +308,7 @@ def study_runs_frame(study: Study) -> pd.DataFrame:
     """``study.parquet``: one row per finished run and episode (empty when the study has none yet)."""
     path = study.folder / "study.parquet"
     if not path.is_file():
-        return pd.DataFrame(columns=["run_id", "config", "episode"])
+        return pd.DataFrame(columns=["run_id", "config_id", "config", "episode"])
     try:
         return pd.read_parquet(path)
     except (OSError, ValueError) as exc:
@@ -311,13 +316,13 @@ def study_runs_frame(study: Study) -> pd.DataFrame:
 
 
 def runs_by_config(study: Study, frame: pd.DataFrame | None = None) -> dict[str, list[str]]:
-    """Configuration label -> the ids of its finished runs (study order): the study view's links."""
+    """Configuration id -> the ids of its finished runs (study order): the study view's links."""
     frame = study_runs_frame(study) if frame is None else frame
     done = set(study.run_ids)
     out: dict[str, list[str]] = {}
     if frame.empty:
         return out
-    for r in frame.drop_duplicates("run_id")[["run_id", "config"]].itertuples(index=False):
+    for r in frame.drop_duplicates("run_id")[["run_id", "config_id"]].itertuples(index=False):
         if str(r.run_id) in done:
-            out.setdefault(str(r.config), []).append(str(r.run_id))
+            out.setdefault(str(r.config_id), []).append(str(r.run_id))
     return out
