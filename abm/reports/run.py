@@ -11,11 +11,6 @@ from abm.errors import UserError
 from abm.inspect import load_run
 
 
-def _groups(episodes: pd.DataFrame) -> list[str]:
-    return [c.removeprefix("mean_wealth_") for c in episodes.columns if c.startswith("mean_wealth_")] or \
-        [c.removeprefix("applications_") for c in episodes.columns if c.startswith("applications_")]
-
-
 def run_figures(run, facet: str | None = None) -> list:
     """A run's figure specs: one per metric over episodes (groups on one axis; ``facet="group"``: one
     panel per group), the per-group rates, with an event log each group's state (wealth, score ...)
@@ -87,12 +82,13 @@ def print_run_summary(folder: Path, console) -> None:
     from rich.table import Table
 
     from abm import registry
+    from abm.reports import figures
 
     run = load_run(folder)
     ep = run.episodes
     last = ep.iloc[-1]
     scenario = registry.family_module(run.summary["family"]).Scenario if run.summary.get("family") else None
-    groups = _groups(ep)
+    groups = figures.groups_in(ep.columns)
     stems = ["mean_wealth", "social_welfare", "reach", "applications", "approvals", "defaults", "recall"]
     title = f"{run.summary.get('policy')} after {len(ep)} episodes"
     if not any(f"{stem}_{g}" in ep.columns for stem in stems for g in groups) and scenario is not None:
