@@ -298,8 +298,8 @@ def _noting_signals(seen: list[int]) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _roots(spec) -> list[Path]:
-    """A found module's own files: its package folder(s), or its one file."""
+def module_roots(spec) -> list[Path]:
+    """A found module's own files: its package folder(s), or its one file (absolute paths)."""
     if spec is None:
         return []
     if spec.submodule_search_locations:
@@ -312,7 +312,7 @@ def _file_of(exc: BaseException, top: str) -> str | None:
     the plugin's own files, else the plugin's file."""
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{exc.filename}, line {exc.lineno}" if exc.lineno else exc.filename
-    roots = _roots(_spec(top))
+    roots = module_roots(_spec(top))
     found, tb = None, exc.__traceback__
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename

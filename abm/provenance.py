@@ -94,17 +94,15 @@ def _top_spec(module: str):
 def plugin_files(module: str) -> list[Path]:
     """The source files a plugin module's hash covers: its top-level package's ``.py`` files, or
     the top-level module's file (none when it has no file or cannot be found)."""
+    from abm import plugins
+
     spec, loaded = _top_spec(module)
-    if loaded is not None and getattr(loaded, "__path__", None) is not None:
-        roots = [Path(p) for p in loaded.__path__]
-    elif spec is not None and spec.submodule_search_locations:
-        roots = [Path(p) for p in spec.submodule_search_locations]
-    else:
-        origin = getattr(loaded, "__file__", None) or (spec.origin if spec is not None else None)
-        return [Path(origin)] if origin and Path(origin).is_file() else []
+    roots = plugins.module_roots(spec)
+    if not roots and getattr(loaded, "__file__", None):  # loaded without a spec that has a location
+        roots = [Path(os.path.abspath(loaded.__file__))]
     files = []
     for root in roots:
-        files += [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
+        files += [root] if root.is_file() else [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
     return sorted(set(files))
 
 
