@@ -19,7 +19,7 @@ from abm import registry
 from abm.errors import UserError
 from abm.reports import figures as fig
 from abm.reports.seed002 import final_rows, mean_ci, study_frame, study_group_column
-from abm.reports.study import group_families
+from abm.reports.study import environments as study_environments, group_families
 from abm.study.aggregate import read_manifest
 
 
@@ -46,10 +46,10 @@ def _across(folder: str | Path) -> dict[str, str]:
     if not (Path(folder) / "study.parquet").is_file():
         return {}
     try:
-        envs = environments(folder)
+        envs = study_environments(read_manifest(Path(folder)))
     except (OSError, ValueError, KeyError, UserError):
         return {}
-    return envs if len(set(envs.values())) > 1 else {}
+    return {} if None in envs else envs
 
 
 def applies(folder: str | Path) -> bool:

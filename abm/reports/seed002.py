@@ -197,8 +197,7 @@ def figure_specs(study: pd.DataFrame, per_group: bool = False) -> list:
     groups = list(dict.fromkeys(study[column])) if column in study.columns else [None]
     number, _ = figure_columns(study)
     forms: dict[str, list] = {}  # the figure's number -> its panels
-    rows: dict[str, int] = {}  # -> its rows of panels: the study groups in that form
-    widest: dict[str, int] = {}  # -> the most panels one group has in it
+    widest: dict[str, int] = {}  # -> the most panels one group has in it (per_group: its columns)
     for group in groups:
         part = _own(study if group is None else study[study[column] == group], per_group)
         if part is None:
@@ -211,7 +210,7 @@ def figure_specs(study: pd.DataFrame, per_group: bool = False) -> list:
         form, cols = figure_columns(part)
         form = form if per_group else number
         panels = forms.setdefault(form, [])
-        rows[form], before = rows.get(form, 0) + 1, len(panels)
+        before = len(panels)
         for title, col, ylabel in cols:
             if col not in part.columns or part[col].isna().all():
                 continue
@@ -222,7 +221,7 @@ def figure_specs(study: pd.DataFrame, per_group: bool = False) -> list:
         widest[form] = max(widest.get(form, 0), len(panels) - before)
     return [fig.Panels(f"seed002_figure{form}", f"Seed 002 Figure {form} form: mean and 95% CI over seeds "
                        "(not smoothed)", panels, caption=fig.CI_CAPTION,
-                       ncols=min(4, max(1, widest[form] if per_group else len(panels) // rows[form])))
+                       ncols=min(4, max(1, widest[form] if per_group else len(panels) // len(groups))))
             for form, panels in forms.items()]
 
 

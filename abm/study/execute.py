@@ -354,12 +354,14 @@ def _not_the_sync_cancel_race(record: logging.LogRecord) -> bool:
     return not (code.co_name == "cancel" and Path(code.co_filename).parts[-2:] == ("distributed", "utils.py"))
 
 
+logging.getLogger("tornado.application").addFilter(_not_the_sync_cancel_race)  # for every client this module opens
+
+
 @contextlib.contextmanager
 def local_client(n_workers: int, scratch: Path):
     """A LocalCluster of single-threaded worker processes with scratch in ``scratch``."""
     from distributed import Client, LocalCluster
 
-    logging.getLogger("tornado.application").addFilter(_not_the_sync_cancel_race)  # a second add is a no-op
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -383,7 +385,6 @@ def dask_setup(worker) -> None:
 def remote_client(address: str, timeout_s: float = 20.0):
     from distributed import Client
 
-    logging.getLogger("tornado.application").addFilter(_not_the_sync_cancel_race)
     try:
         client = Client(address, timeout=timeout_s)
     except (OSError, TimeoutError, ValueError) as exc:
